@@ -1,0 +1,40 @@
+"""Drafters: one file per proposer, all following `base.Drafter`.
+
+`build_drafter` turns a command-line spec into one:
+    none            plain decoding (no drafter)
+    ngram[:N]       prompt lookup with n-grams of up to N tokens (default 3)
+    draft:MODEL     a separate draft model (built-in name, folder or .gguf) sharing the target's tokenizer
+"""
+
+from __future__ import annotations
+
+from specdec.drafters.base import Draft, Drafter
+from specdec.drafters.draft_model import DraftModelDrafter
+from specdec.drafters.ngram import PromptLookupDrafter
+from specdec.errors import ConfigError
+from specdec.runtime.loading import LanguageModel, load_model
+
+DRAFTER_KINDS = ("none", "ngram[:N]", "draft:MODEL")
+
+
+def build_drafter(
+    spec: str, target: LanguageModel, *, device: str = "cpu", dtype: str = "float32", runtime: str = "lean"
+) -> Drafter | None:
+    kind, _, arg = spec.strip().partition(":")
+    if kind == "none" and not arg:
+        return None
+    if kind == "ngram":
+        if not arg:
+            return PromptLookupDrafter()
+        if not arg.isdigit() or int(arg) < 1:
+            raise ConfigError(f"ngram:N needs a whole number N >= 1, got '{arg}'")
+        return PromptLookupDrafter(max_ngram=int(arg))
+    if kind == "draft":
+        if not arg:
+            raise ConfigError("draft:MODEL needs a model: a built-in name, a folder or a .gguf file")
+        draft = load_model(arg, device=device, dtype=dtype, runtime=runtime)
+        return DraftModelDrafter(draft, target)
+    raise ConfigError(f"unknown drafter '{spec}'; choose one of: {', '.join(DRAFTER_KINDS)}")
+
+
+__all__ = ["Draft", "Drafter", "DraftModelDrafter", "PromptLookupDrafter", "build_drafter"]

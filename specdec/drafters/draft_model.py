@@ -1,0 +1,77 @@
+"""A separate, smaller draft model that shares the target's tokenizer.
+
+It keeps a KV cache of its own, in step with the committed tokens: before each proposal it rolls its
+cache back to the longest prefix it shares with the context (drafts the target rejected are dropped)
+and feeds what is new. Then it drafts autoregressively, sampling with the same transform as the
+target (greedy when the target is greedy) and returning q for speculative sampling.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specdec.drafters.base import Draft
+from specdec.errors import ConfigError
+from specdec.runtime.loading import LanguageModel
+from specdec.sampling import SamplingParams, logits_to_probs, sample
+
+
+class DraftModelDrafter:
+    name = "draft"
+
+    def __init__(self, draft: LanguageModel, target: LanguageModel) -> None:
+        check_same_vocabulary(draft, target)
+        self.model = draft
+        self.cache = None
+        self.cached_ids: list[int] = []  # the ids whose keys/values are in self.cache, in order
+
+    def begin(self, prompt_ids: list[int], max_len: int) -> None:
+        if max_len > self.model.max_context:
+            raise ConfigError(
+                f"the draft model's context ({self.model.max_context}) is shorter than this request "
+                f"needs ({max_len}); lower max_new_tokens or use another draft model"
+            )
+        self.cache = self.model.net.new_cache(max_len)
+        self.cached_ids = []
+
+    def propose(
+        self, tokens: list[int], max_tokens: int, params: SamplingParams, generator: torch.Generator
+    ) -> Draft:
+        if max_tokens <= 0:
+            return Draft([], None)
+        net = self.model.net
+        device = net.device
+        # Roll back to the common prefix; always feed at least the last token to get its logits.
+        common = 0
+        limit = min(len(self.cached_ids), len(tokens) - 1)
+        while common < limit and self.cached_ids[common] == tokens[common]:
+            common += 1
+        self.cache.truncate(common)
+        feed = tokens[common:]
+        self.cached_ids = list(tokens)
+        logits = net.forward(torch.tensor([feed], device=device), self.cache, last_only=True)[0, -1]  # [V]
+        drafted: list[int] = []
+        probs: list[torch.Tensor] = []
+        for i in range(max_tokens):
+            q = logits_to_probs(logits, params)  # [V]
+            token = int(logits.argmax()) if params.greedy else int(sample(q[None], generator))
+            drafted.append(token)
+            probs.append(q)
+            if i + 1 < max_tokens:
+                logits = net.forward(torch.tensor([[token]], device=device), self.cache)[0, -1]
+                self.cached_ids.append(token)
+        return Draft(drafted, None if params.greedy else torch.stack(probs).to(device))
+
+
+def check_same_vocabulary(draft: LanguageModel, target: LanguageModel) -> None:
+    """Refuse a draft model whose tokens do not mean the same as the target's."""
+    if draft.vocab_size != target.vocab_size:
+        raise ConfigError(
+            f"the draft model has {draft.vocab_size} output tokens and the target {target.vocab_size}; "
+            "a draft model must share the target's tokenizer and vocabulary"
+        )
+    if draft.tokenizer.vocab() != target.tokenizer.vocab():
+        raise ConfigError(
+            "the draft model's tokenizer differs from the target's (same size, different tokens); "
+            "a draft model must share the target's tokenizer"
+        )

@@ -1,0 +1,47 @@
+"""Prompt lookup: propose what followed the latest earlier occurrence of the last n tokens.
+
+For n from `max_ngram` down to `min_ngram`, find the most recent earlier position where the last n
+tokens of the context (prompt and generated text) occurred, and propose the up to `max_tokens`
+tokens that followed it there. A point-mass proposal (q = None). Costs no model call.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specdec.drafters.base import Draft
+from specdec.errors import ConfigError
+from specdec.sampling import SamplingParams
+
+
+class PromptLookupDrafter:
+    name = "ngram"
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
+        if not 1 <= min_ngram <= max_ngram:
+            raise ConfigError(f"n-gram sizes must satisfy 1 <= min ({min_ngram}) <= max ({max_ngram})")
+        self.max_ngram = max_ngram
+        self.min_ngram = min_ngram
+
+    def begin(self, prompt_ids: list[int], max_len: int) -> None:
+        pass  # stateless: each proposal searches the whole context
+
+    def propose(
+        self, tokens: list[int], max_tokens: int, params: SamplingParams, generator: torch.Generator
+    ) -> Draft:
+        return Draft(lookup(tokens, max_tokens, self.max_ngram, self.min_ngram))
+
+
+def lookup(tokens: list[int], max_tokens: int, max_ngram: int, min_ngram: int) -> list[int]:
+    """Continuation of the most recent earlier match of the longest matching suffix n-gram."""
+    if max_tokens <= 0:
+        return []
+    context = torch.tensor(tokens)  # [N]
+    length = context.numel()
+    for n in range(min(max_ngram, length - 1), min_ngram - 1, -1):
+        windows = context[: length - 1].unfold(0, n, 1)  # [N-n, n]: every n-gram that has a successor
+        hits = (windows == context[length - n :]).all(dim=1).nonzero().squeeze(1)  # [M] start positions
+        if hits.numel():
+            start = int(hits[-1]) + n
+            return tokens[start : start + max_tokens]
+    return []

@@ -1,0 +1,261 @@
+"""The decode loop: prefill, then rounds of draft → verify → accept → commit.
+
+    1. draft:   the drafter proposes up to γ tokens after the committed ones (with q, or None);
+    2. verify:  one target pass over [last committed token, drafts...] gives p for every position;
+    3. accept:  `verify.py` keeps the longest acceptable prefix and picks one more token;
+    4. commit:  the target cache keeps what was accepted (a chain rollback only moves its length);
+                tokens are committed one at a time, so an end-of-sequence token, a stop string or the
+                token budget inside a round ends the output exactly where plain decoding would;
+    5. record:  passes, drafted / accepted per position, times; the text streams out.
+
+Plain decoding is the same loop with no drafter (γ = 0 every round), so the baseline shares every
+line of code except drafting. Invariant between rounds: the target cache holds every committed
+token but the last, which is fed at the start of the next pass.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+from specdec.drafters.base import Draft, Drafter
+from specdec.errors import ConfigError, SpecdecError
+from specdec.runtime.loading import LanguageModel
+from specdec.runtime.tokenizer import IncrementalDetokenizer
+from specdec.sampling import SamplingParams, logits_to_probs, sample
+from specdec.stats import GenerationStats
+from specdec.verify import speculative_sample, verify_greedy
+
+# How a committed token came about (the terminal view colours them apart).
+TARGET = "target"  # a plain target step: the prefill's token, or a round with nothing drafted
+ACCEPTED = "accepted"  # a drafted token the target accepted
+CORRECTED = "corrected"  # the target's replacement for the first rejected draft
+BONUS = "bonus"  # the target's extra token after all drafts were accepted
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    max_new_tokens: int = 256
+    gamma: int = 4  # tokens drafted per round
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise ConfigError(f"max_new_tokens must be a whole number >= 1, got {self.max_new_tokens}")
+        if not isinstance(self.gamma, int) or self.gamma < 1:
+            raise ConfigError(f"gamma (tokens drafted per round) must be a whole number >= 1, got {self.gamma}")
+        if any(not s for s in self.stop):
+            raise ConfigError("stop strings must not be empty")
+
+
+@dataclass
+class Piece:
+    text: str
+    token_ids: list[int]
+    kind: str  # TARGET, ACCEPTED, CORRECTED or BONUS
+
+
+@dataclass
+class StreamEvent:
+    pieces: list[Piece]  # what this round committed, in order
+    stats: GenerationStats
+    done: bool = False
+
+
+@dataclass
+class GenerationResult:
+    text: str
+    token_ids: list[int]
+    stats: GenerationStats
+
+
+class TextAssembler:
+    """Committed ids → text pieces, cut at the first stop string, holding back a possible prefix of one."""
+
+    def __init__(self, detokenizer: IncrementalDetokenizer, stop: tuple[str, ...]) -> None:
+        self.detokenizer = detokenizer
+        self.stop = stop
+        self.text = ""  # all text emitted so far
+        self.stopped = False
+
+    def push(self, token_id: int) -> str:
+        self.detokenizer.push([token_id])
+        return self._emit(self.detokenizer.emitted, final=False)
+
+    def finish(self) -> str:
+        if self.stopped:
+            return ""
+        self.detokenizer.flush()
+        return self._emit(self.detokenizer.emitted, final=True)
+
+    def _emit(self, full: str, final: bool) -> str:
+        if not self.stop:
+            piece, self.text = full[len(self.text):], full
+            return piece
+        search_from = max(0, len(self.text) - max(map(len, self.stop)))
+        hits = [i for i in (full.find(s, search_from) for s in self.stop) if i >= 0]
+        if hits:
+            end = min(hits)
+            self.stopped = True
+        elif final:
+            end = len(full)
+        else:
+            end = len(full) - _longest_stop_prefix(full, self.stop)
+        end = max(end, len(self.text))
+        piece, self.text = full[len(self.text):end], full[:end]
+        return piece
+
+
+def _longest_stop_prefix(text: str, stops: tuple[str, ...]) -> int:
+    """Length of the longest suffix of `text` that is a proper prefix of some stop string."""
+    best = 0
+    for stop in stops:
+        for n in range(min(len(stop) - 1, len(text)), best, -1):
+            if text.endswith(stop[:n]):
+                best = n
+                break
+    return best
+
+
+class Engine:
+    """Generates from a target model, speculatively when given a drafter, plainly without one."""
+
+    def __init__(self, target: LanguageModel, drafter: Drafter | None = None) -> None:
+        self.target = target
+        self.drafter = drafter
+
+    def encode(self, prompt: str, chat: bool = True) -> list[int]:
+        """Prompt text → ids: through the model's chat template (one user turn) or as raw text."""
+        if not prompt or not prompt.strip():
+            raise SpecdecError("the prompt is empty; give some text to continue")
+        tokenizer = self.target.tokenizer
+        if chat and tokenizer.chat_template:
+            return tokenizer.apply_chat_template([{"role": "user", "content": prompt}])
+        return tokenizer.encode(prompt)
+
+    def generate(self, prompt_ids: list[int], config: GenerationConfig = GenerationConfig()) -> GenerationResult:
+        pieces: list[Piece] = []
+        for event in self.stream(prompt_ids, config):
+            pieces.extend(event.pieces)
+        return GenerationResult(
+            text="".join(p.text for p in pieces),
+            token_ids=[t for p in pieces for t in p.token_ids],
+            stats=event.stats,
+        )
+
+    def stream(self, prompt_ids: list[int], config: GenerationConfig = GenerationConfig()) -> Iterator[StreamEvent]:
+        """Yield the committed tokens round by round; the last event has done=True and final stats."""
+        net = self.target.net
+        device = net.device
+        params = config.sampling
+        generator = params.generator(device)
+        prompt_ids = self._check_prompt(prompt_ids)
+        max_len = min(len(prompt_ids) + config.max_new_tokens, self.target.max_context)
+        token_budget = max_len - len(prompt_ids)
+        stop_ids = set() if config.ignore_eos else set(self.target.eos_token_ids)
+        stats = GenerationStats(drafter=self.drafter.name if self.drafter else "none", prompt_tokens=len(prompt_ids))
+        assembler = TextAssembler(IncrementalDetokenizer(self.target.tokenizer), config.stop)
+        tokens = list(prompt_ids)
+        generated = 0
+        started = time.perf_counter()
+
+        def commit(new_tokens: list[int], kinds: list[str]) -> tuple[list[Piece], bool]:
+            """Append tokens one at a time; stop at end-of-sequence, a stop string or the budget."""
+            nonlocal generated
+            pieces = []
+            for token, kind in zip(new_tokens, kinds):
+                tokens.append(token)
+                generated += 1
+                text = "" if token in stop_ids else assembler.push(token)
+                pieces.append(Piece(text, [token], kind))
+                if token in stop_ids or assembler.stopped:
+                    stats.finish_reason = "stop"
+                    return pieces, True
+                if generated >= token_budget:
+                    stats.finish_reason = "length"
+                    return pieces, True
+            return pieces, False
+
+        # Prefill: one target pass over the prompt gives the first new token.
+        cache = net.new_cache(max_len)
+        if self.drafter:
+            self.drafter.begin(prompt_ids, max_len)
+        logits = net.forward(torch.tensor([prompt_ids], device=device), cache, last_only=True)  # [1, 1, V]
+        first = self._pick(logits[:, -1], params, generator)
+        stats.target_passes = 1
+        stats.prefill_seconds = time.perf_counter() - started
+        pieces, done = commit([first], [TARGET])
+
+        while not done:
+            # 1. draft
+            t0 = time.perf_counter()
+            budget = min(config.gamma, token_budget - generated - 1)
+            draft = self.drafter.propose(tokens, budget, params, generator) if self.drafter and budget > 0 else Draft([])
+            self._check_draft(draft, budget)
+            t1 = time.perf_counter()
+            # 2. verify: one pass over the last committed token and the drafts
+            committed_len = cache.length
+            block = torch.tensor([[tokens[-1], *draft.tokens]], device=device)  # [1, k+1]
+            logits = net.forward(block, cache)  # [1, k+1, V]
+            # 3. accept
+            draft_ids = block[:, 1:]  # [1, k]
+            if params.greedy:
+                num_accepted, next_token = verify_greedy(draft_ids, logits)
+            else:
+                p = logits_to_probs(logits, params)  # [1, k+1, V]
+                q = None if draft.q is None else draft.q[None]  # [1, k, V]
+                num_accepted, next_token = speculative_sample(draft_ids, p, q, generator)
+            n = int(num_accepted)
+            # 4. commit: keep the last committed token and the accepted drafts in the cache
+            cache.truncate(committed_len + 1 + n)
+            kinds = [ACCEPTED] * n + [TARGET if not draft.tokens else BONUS if n == len(draft) else CORRECTED]
+            new_pieces, done = commit(draft.tokens[:n] + [int(next_token)], kinds)
+            t2 = time.perf_counter()
+            # 5. record
+            stats.record_round(len(draft), n)
+            stats.draft_seconds += t1 - t0
+            stats.verify_seconds += t2 - t1
+            pieces += new_pieces
+            if not done:
+                stats.total_seconds = time.perf_counter() - started
+                stats.new_tokens = generated
+                yield StreamEvent(pieces, stats)
+                pieces = []
+
+        tail = assembler.finish()
+        if tail:
+            pieces.append(Piece(tail, [], TARGET))
+        stats.new_tokens = generated
+        stats.total_seconds = time.perf_counter() - started
+        yield StreamEvent(pieces, stats, done=True)
+
+    def _check_prompt(self, prompt_ids: list[int]) -> list[int]:
+        if not prompt_ids:
+            raise SpecdecError("the prompt is empty; give some text to continue")
+        prompt_ids = [int(t) for t in prompt_ids]
+        vocab = self.target.vocab_size
+        if min(prompt_ids) < 0 or max(prompt_ids) >= vocab:
+            raise SpecdecError(f"prompt token ids must lie in [0, {vocab}); got {min(prompt_ids)}..{max(prompt_ids)}")
+        if len(prompt_ids) >= self.target.max_context:
+            raise SpecdecError(
+                f"the prompt is {len(prompt_ids)} tokens, but the model's context holds "
+                f"{self.target.max_context} (and at least one new token); shorten the prompt"
+            )
+        return prompt_ids
+
+    def _check_draft(self, draft: Draft, budget: int) -> None:
+        vocab = self.target.vocab_size
+        if len(draft) > max(budget, 0) or any(not 0 <= t < vocab for t in draft.tokens):
+            raise RuntimeError(f"drafter {self.drafter.name} broke its contract: {len(draft)} tokens for a budget of {budget}")
+
+    @staticmethod
+    def _pick(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> int:
+        """logits [1, V] -> one token id: argmax when greedy, else a draw from the processed p."""
+        if params.greedy:
+            return int(logits.argmax(-1))
+        return int(sample(logits_to_probs(logits, params), generator))

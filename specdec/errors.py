@@ -1,0 +1,18 @@
+"""User-facing errors.
+
+Every error a user can cause (bad input, a missing file, an impossible setting) is raised as a
+`SpecdecError` whose message says what was wrong and what to do. The command line prints the
+message and exits non-zero; it never shows a traceback for these.
+"""
+
+
+class SpecdecError(Exception):
+    """An error caused by input or environment, with a message meant for the user."""
+
+
+class ModelLoadError(SpecdecError):
+    """A model could not be found, read or understood."""
+
+
+class ConfigError(SpecdecError):
+    """A generation or drafting setting is out of range or inconsistent."""

@@ -1,0 +1,91 @@
+"""Any transformers `AutoModelForCausalLM` behind the lean runtime's interface (chains only).
+
+For models the lean runtime does not cover, and as the oracle in tests. The cache is transformers'
+`DynamicCache`; rolling back a chain crops it. Token trees need the lean runtime's `compact`.
+Weights load from safetensors only, and remote code is never run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from specdec.errors import ConfigError, ModelLoadError
+
+
+class TransformersCache:
+    def __init__(self, max_len: int) -> None:
+        from transformers import DynamicCache
+
+        self.inner = DynamicCache()
+        self.max_len = max_len
+        self.length = 0
+
+    def reserve(self, num_new: int) -> None:
+        if self.length + num_new > self.max_len:
+            raise ConfigError(
+                f"the sequence would reach {self.length + num_new} tokens, past the cache's "
+                f"{self.max_len}; shorten the prompt or lower max_new_tokens"
+            )
+
+    def truncate(self, length: int) -> None:
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot truncate a cache of length {self.length} to {length}")
+        self.inner.crop(length)
+        self.length = length
+
+    def compact(self, keep: torch.Tensor) -> None:
+        raise ConfigError("token trees need the lean runtime (--runtime lean); transformers models run chains only")
+
+
+class TransformersCausalLM:
+    def __init__(self, folder: Path, device: str, dtype: torch.dtype) -> None:
+        from transformers import AutoModelForCausalLM
+
+        try:
+            self.model = AutoModelForCausalLM.from_pretrained(
+                str(folder), dtype=dtype, use_safetensors=True, trust_remote_code=False
+            ).to(device)
+        except (OSError, ValueError) as err:
+            raise ModelLoadError(f"transformers cannot load {folder}: {err}") from None
+        self.model.eval()
+        config = self.model.config
+        self.vocab_size = self.model.get_output_embeddings().weight.shape[0]
+        self.max_context = getattr(config, "max_position_embeddings", None) or 2048
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.dtype
+
+    def new_cache(self, max_len: int) -> TransformersCache:
+        return TransformersCache(max_len)
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # [1, T]
+        cache: TransformersCache,
+        positions: torch.Tensor | None = None,  # [1, T]
+        tree_mask: torch.Tensor | None = None,
+        last_only: bool = False,
+    ) -> torch.Tensor:  # [1, T, V] float32 ([1, 1, V] when last_only)
+        if tree_mask is not None:
+            raise ConfigError("token trees need the lean runtime (--runtime lean)")
+        seq = input_ids.shape[1]
+        cache.reserve(seq)
+        if positions is None:
+            positions = torch.arange(cache.length, cache.length + seq, device=input_ids.device)[None]
+        out = self.model(
+            input_ids=input_ids,
+            position_ids=positions,
+            past_key_values=cache.inner,
+            use_cache=True,
+            logits_to_keep=1 if last_only else 0,
+        )
+        cache.length += seq
+        return out.logits.float()

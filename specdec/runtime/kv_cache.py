@@ -1,0 +1,74 @@
+"""A static, preallocated key/value cache written by position.
+
+Slots `[0, length)` hold the keys and values of the tokens the model has seen, in order. A forward
+pass writes its new tokens at slots `[length, length + T)` and then advances `length`. Rolling back
+a chain only moves `length` (stale slots are never read: attention looks at `[0, length)` only, and
+the next pass overwrites them). `compact(keep)` keeps an arbitrary, ascending set of slots and moves
+them to the front: after a token tree is verified, it keeps the accepted path.
+
+Only the engine (or a drafter, for its own private model) moves a cache.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specdec.errors import ConfigError
+
+
+class StaticKVCache:
+    def __init__(
+        self,
+        num_layers: int,
+        num_kv_heads: int,
+        head_dim: int,
+        max_len: int,
+        *,
+        batch_size: int = 1,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        shape = (num_layers, batch_size, num_kv_heads, max_len, head_dim)
+        self.keys = torch.zeros(shape, device=device, dtype=dtype)  # [L, B, Hkv, S_max, D]
+        self.values = torch.zeros(shape, device=device, dtype=dtype)  # [L, B, Hkv, S_max, D]
+        self.max_len = max_len
+        self.length = 0
+
+    def reserve(self, num_new: int) -> None:
+        """Check that `num_new` more tokens fit; raise a clear error if they do not."""
+        if self.length + num_new > self.max_len:
+            raise ConfigError(
+                f"the sequence would reach {self.length + num_new} tokens, past the cache's "
+                f"{self.max_len}; shorten the prompt or lower max_new_tokens"
+            )
+
+    def write(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store the new tokens' keys/values for one layer and return all live ones.
+
+        keys, values: [B, Hkv, T, D]  (the T tokens of the current pass)
+        returns: ([B, Hkv, length + T, D], [B, Hkv, length + T, D])
+        """
+        end = self.length + keys.shape[2]
+        self.keys[layer, :, :, self.length : end] = keys
+        self.values[layer, :, :, self.length : end] = values
+        return self.keys[layer, :, :, :end], self.values[layer, :, :, :end]
+
+    def advance(self, num_new: int) -> None:
+        """Mark the `num_new` tokens written by the last pass as part of the sequence."""
+        self.length += num_new
+
+    def truncate(self, length: int) -> None:
+        """Roll back to the first `length` tokens (a chain rejection): O(1), nothing is copied."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot truncate a cache of length {self.length} to {length}")
+        self.length = length
+
+    def compact(self, keep: torch.Tensor) -> None:
+        """Keep only the slots in `keep` (ascending, [N]) and move them to the front, in order."""
+        keep = keep.to(device=self.keys.device, dtype=torch.long)
+        if keep.numel() and (int(keep.max()) >= self.length or bool((keep[1:] <= keep[:-1]).any())):
+            raise ValueError("compact needs strictly ascending slot indices below the cache length")
+        n = keep.numel()
+        self.keys[:, :, :, :n] = self.keys.index_select(3, keep)
+        self.values[:, :, :, :n] = self.values.index_select(3, keep)
+        self.length = n

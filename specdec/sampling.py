@@ -1,0 +1,68 @@
+"""Logits to probabilities: temperature, top-k, top-p; the same transform for p (target) and q (draft).
+
+Temperature 0 means greedy: the distribution is a point mass on the argmax (ties go to the lowest id,
+as `torch.argmax` does). Otherwise the order is the one transformers uses: temperature, then top-k,
+then top-p (nucleus: keep the smallest set of most probable tokens whose mass reaches `top_p`; the
+token that crosses the threshold is kept).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from specdec.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.0
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0  # 1 = off
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.temperature, (int, float)) or self.temperature < 0:
+            raise ConfigError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ConfigError(f"top_k must be a whole number >= 0 (0 = off), got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"top_p must be in (0, 1] (1 = off), got {self.top_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def generator(self, device: torch.device | str = "cpu") -> torch.Generator:
+        """A torch.Generator seeded with `seed` (or from fresh entropy when no seed is set)."""
+        gen = torch.Generator(device=device)
+        if self.seed is None:
+            gen.seed()
+        else:
+            gen.manual_seed(self.seed)
+        return gen
+
+
+def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """logits [..., V] (any float dtype) -> probabilities [..., V] float32 under `params`."""
+    logits = logits.float()
+    if params.greedy:
+        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+    logits = logits / params.temperature
+    if params.top_k and params.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]  # [..., 1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if params.top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=False)  # ascending
+        cumulative = sorted_logits.softmax(-1).cumsum(-1)
+        remove_sorted = cumulative <= 1 - params.top_p
+        remove_sorted[..., -1] = False  # always keep the most probable token
+        remove = remove_sorted.scatter(-1, order, remove_sorted)
+        logits = logits.masked_fill(remove, float("-inf"))
+    return logits.softmax(-1)
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """probs [B, V] -> token ids [B], one draw per row."""
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)

@@ -1,0 +1,74 @@
+"""What a run did: passes, drafted and accepted tokens per position, times, and derived rates."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class GenerationStats:
+    drafter: str
+    prompt_tokens: int = 0
+    new_tokens: int = 0
+    target_passes: int = 0  # the prefill pass included: plain decoding has MAT = 1.00
+    rounds: int = 0  # speculative rounds (target passes after the prefill)
+    drafted: int = 0
+    accepted: int = 0
+    drafted_per_position: list[int] = field(default_factory=list)
+    accepted_per_position: list[int] = field(default_factory=list)
+    prefill_seconds: float = 0.0
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0  # target passes after the prefill, and the acceptance test
+    total_seconds: float = 0.0
+    finish_reason: str = ""  # "stop" (end of sequence or stop string) or "length"
+
+    def record_round(self, drafted: int, accepted: int) -> None:
+        self.rounds += 1
+        self.target_passes += 1
+        self.drafted += drafted
+        self.accepted += accepted
+        while len(self.drafted_per_position) < drafted:
+            self.drafted_per_position.append(0)
+            self.accepted_per_position.append(0)
+        for i in range(drafted):
+            self.drafted_per_position[i] += 1
+            self.accepted_per_position[i] += i < accepted
+
+    @property
+    def mean_accepted_tokens(self) -> float:
+        """MAT: new tokens per target pass, the bonus token included (plain decoding = 1.00)."""
+        return self.new_tokens / self.target_passes if self.target_passes else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted / drafted over the whole run (0 when nothing was drafted)."""
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def acceptance_per_position(self) -> list[float]:
+        """α_i: of the rounds that drafted a token at position i, the share that accepted it."""
+        return [a / d if d else 0.0 for a, d in zip(self.accepted_per_position, self.drafted_per_position)]
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.new_tokens / self.total_seconds if self.total_seconds else 0.0
+
+    def to_dict(self) -> dict:
+        return {
+            "drafter": self.drafter,
+            "prompt_tokens": self.prompt_tokens,
+            "new_tokens": self.new_tokens,
+            "target_passes": self.target_passes,
+            "rounds": self.rounds,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "mean_accepted_tokens": round(self.mean_accepted_tokens, 4),
+            "acceptance_rate": round(self.acceptance_rate, 4),
+            "acceptance_per_position": [round(a, 4) for a in self.acceptance_per_position],
+            "prefill_seconds": round(self.prefill_seconds, 4),
+            "draft_seconds": round(self.draft_seconds, 4),
+            "verify_seconds": round(self.verify_seconds, 4),
+            "total_seconds": round(self.total_seconds, 4),
+            "tokens_per_second": round(self.tokens_per_second, 3),
+            "finish_reason": self.finish_reason,
+        }
