@@ -37,6 +37,7 @@ def expected_speedup(alpha: float, gamma: int, c: float, verify_cost: float = 1.
     return expected_tokens_per_pass(alpha, gamma) / (gamma * c + verify_cost)
 
 
-def best_gamma(alpha: float, c: float, max_gamma: int = 16) -> tuple[int, float]:
-    """The γ in [1, max_gamma] with the highest expected speed-up, and that speed-up."""
-    return max(((g, expected_speedup(alpha, g, c)) for g in range(1, max_gamma + 1)), key=lambda x: x[1])
+def best_gamma(alpha: float, c: float, max_gamma: int = 16, verify_cost: float = 1.0) -> tuple[int, float]:
+    """The γ in [1, max_gamma] with the highest expected speed-up (the smallest such γ), and that speed-up."""
+    candidates = ((g, expected_speedup(alpha, g, c, verify_cost)) for g in range(1, max_gamma + 1))
+    return max(candidates, key=lambda x: x[1])

@@ -7,6 +7,7 @@ Weights load from safetensors only, and remote code is never run.
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import torch
@@ -32,7 +33,8 @@ class TransformersCache:
     def truncate(self, length: int) -> None:
         if not 0 <= length <= self.length:
             raise ValueError(f"cannot truncate a cache of length {self.length} to {length}")
-        self.inner.crop(length)
+        if length < self.length:
+            self.inner.crop(length - self.length)  # a negative count removes that many (all versions)
         self.length = length
 
     def compact(self, keep: torch.Tensor) -> None:
@@ -50,6 +52,9 @@ class TransformersCausalLM:
         except (OSError, ValueError) as err:
             raise ModelLoadError(f"transformers cannot load {folder}: {err}") from None
         self.model.eval()
+        # transformers 5 renamed the cache argument from `past_key_values` to `cache`.
+        accepted = inspect.signature(self.model.forward).parameters
+        self.cache_argument = "cache" if "cache" in accepted else "past_key_values"
         config = self.model.config
         self.vocab_size = self.model.get_output_embeddings().weight.shape[0]
         self.max_context = getattr(config, "max_position_embeddings", None) or 2048
@@ -83,7 +88,7 @@ class TransformersCausalLM:
         out = self.model(
             input_ids=input_ids,
             position_ids=positions,
-            past_key_values=cache.inner,
+            **{self.cache_argument: cache.inner},
             use_cache=True,
             logits_to_keep=1 if last_only else 0,
         )

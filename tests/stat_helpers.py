@@ -1,0 +1,56 @@
+"""Goodness-of-fit helpers for the distribution tests, and the deliberately wrong verifier.
+
+`gof_pvalue` runs Pearson's chi-square test of observed counts against exact probabilities. Cells
+whose expected count is below 5 are pooled into one cell (the usual validity rule); an observation
+in a cell of probability 0 makes the p-value 0 outright. Under a correct sampler the p-value is
+uniform on [0, 1], so a test that fails when p < `ALPHA` has a false-positive rate of `ALPHA` per
+test (the runs are seeded, so a given run is reproducible).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from scipy.stats import chi2
+
+ALPHA = 1e-3  # false-positive rate of each goodness-of-fit test
+
+
+def gof_pvalue(observed: np.ndarray, probs: np.ndarray, min_expected: float = 5.0) -> float:
+    observed = np.asarray(observed, dtype=np.float64)
+    probs = np.asarray(probs, dtype=np.float64)
+    assert abs(probs.sum() - 1) < 1e-6, probs.sum()
+    if observed[probs <= 0].sum() > 0:
+        return 0.0
+    n = observed.sum()
+    expected = probs * n
+    big = expected >= min_expected
+    obs = list(observed[big])
+    exp = list(expected[big])
+    small_exp = expected[~big & (probs > 0)].sum()
+    if small_exp > 0:
+        obs.append(observed[~big].sum())
+        exp.append(small_exp)
+    obs, exp = np.array(obs), np.array(exp)
+    stat = ((obs - exp) ** 2 / exp).sum()
+    dof = len(obs) - 1
+    return float(chi2.sf(stat, dof)) if dof > 0 else 1.0
+
+
+def accept_everything(draft_tokens, p, q, generator):
+    """A deliberately WRONG verifier (the negative control): it accepts every draft and draws the
+    bonus from p. The distribution tests must fail with it."""
+    batch, gamma = draft_tokens.shape
+    bonus = torch.multinomial(p[:, gamma], 1, generator=generator).squeeze(1)
+    return torch.full((batch,), gamma, device=p.device), bonus
+
+
+def residual_from_p(draft_tokens, p, q, generator):
+    """A subtler WRONG verifier: the right acceptance test, but a rejection resamples from p instead
+    of norm(max(0, p - q)). It over-produces tokens the draft favours."""
+    from specdec.verify import speculative_sample
+
+    num_accepted, _ = speculative_sample(draft_tokens, p, q, generator)
+    rows = torch.arange(p.shape[0])
+    redo = torch.multinomial(p[rows, num_accepted], 1, generator=generator).squeeze(1)
+    return num_accepted, redo
