@@ -78,7 +78,7 @@ def tiny_folder(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_draft_folder(tmp_path_factory) -> Path:
     """The tiny target plus noise: a draft with the same vocabulary that is often, not always, right."""
-    return make_tiny_model(tmp_path_factory.mktemp("tiny-draft"), "llama", seed=0, perturb=0.08)
+    return make_tiny_model(tmp_path_factory.mktemp("tiny-draft"), "llama", seed=0, perturb=0.01)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,191 @@
+"""The engine on tiny random models: greedy equality, stop conditions, seeds, whole-run distributions.
+
+Whole-generation distribution test: the target samples with temperature 1 and top-k = 3, so the
+first 4 new tokens have 3^4 = 81 possible values, whose exact probabilities come from the target by
+enumeration (40 forward passes). 3,000 seeded generations of 4 tokens are run with plain sampling,
+prompt lookup (γ = 3) and the draft model (γ = 3), and each histogram is compared with the exact law
+by a chi-square test at ALPHA = 1e-3 (false-positive rate 0.1% per test). The negative control runs
+the same speculative engines with a verifier that accepts every draft and must fail (p < 1e-3).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from specdec import engine as engine_module
+from specdec.drafters import DraftModelDrafter, PromptLookupDrafter
+from specdec.engine import ACCEPTED, Engine, GenerationConfig, TextAssembler
+from specdec.errors import SpecdecError
+from specdec.runtime import load_model
+from specdec.runtime.tokenizer import IncrementalDetokenizer
+from specdec.sampling import SamplingParams, logits_to_probs
+from stat_helpers import ALPHA, accept_everything, gof_pvalue
+
+# A prompt with repeats, so that prompt lookup finds matches from the first round.
+PROMPT = [5, 9, 12, 7, 5, 9, 12, 7, 30, 5, 9]
+
+
+@pytest.fixture(scope="module")
+def draft_model(tiny_draft_folder):
+    return load_model(str(tiny_draft_folder))
+
+
+def drafters(target, draft_model):
+    return {"ngram": PromptLookupDrafter(), "draft": DraftModelDrafter(draft_model, target)}
+
+
+@pytest.mark.parametrize("gamma", [1, 3, 6])
+@pytest.mark.parametrize("kind", ["ngram", "draft"])
+def test_greedy_speculative_equals_plain(tiny_target, draft_model, kind, gamma):
+    config = GenerationConfig(max_new_tokens=60, gamma=gamma, ignore_eos=True)
+    plain = Engine(tiny_target).generate(PROMPT, config)
+    spec = Engine(tiny_target, drafters(tiny_target, draft_model)[kind]).generate(PROMPT, config)
+    assert spec.token_ids == plain.token_ids
+    assert spec.text == plain.text
+    assert len(spec.token_ids) == 60
+    # the run exercised both outcomes: some drafts accepted, some rejected
+    assert 0 < spec.stats.accepted < spec.stats.drafted
+    assert spec.stats.target_passes < plain.stats.target_passes == 60
+
+
+def test_greedy_equality_through_the_transformers_adapter(tiny_folder, draft_model):
+    target = load_model(str(tiny_folder), runtime="transformers")
+    config = GenerationConfig(max_new_tokens=40, gamma=4, ignore_eos=True)
+    plain = Engine(target).generate(PROMPT, config)
+    spec = Engine(target, DraftModelDrafter(draft_model, target)).generate(PROMPT, config)
+    lean_plain = Engine(load_model(str(tiny_folder))).generate(PROMPT, config)
+    assert spec.token_ids == plain.token_ids == lean_plain.token_ids
+
+
+def test_end_of_sequence_inside_an_accepted_draft_stops_like_plain(tiny_target, draft_model):
+    """Make a token of the plain output the end-of-sequence token; the speculative run must stop at the
+    same place even when that token arrives in the middle of a round's accepted drafts."""
+    free = Engine(tiny_target).generate(PROMPT, GenerationConfig(max_new_tokens=40, ignore_eos=True))
+    saved = tiny_target.eos_token_ids
+    found = False
+    try:
+        for eos in dict.fromkeys(free.token_ids[3:]):
+            tiny_target.eos_token_ids = [eos]
+            config = GenerationConfig(max_new_tokens=40, gamma=5)
+            plain = Engine(tiny_target).generate(PROMPT, config)
+            spec_engine = Engine(tiny_target, DraftModelDrafter(draft_model, tiny_target))
+            events = list(spec_engine.stream(PROMPT, config))
+            spec_ids = [t for e in events for p in e.pieces for t in p.token_ids]
+            assert spec_ids == plain.token_ids and spec_ids[-1] == eos
+            assert events[-1].stats.finish_reason == "stop"
+            last = events[-1].pieces
+            eos_kind = next(p.kind for p in last if p.token_ids == [eos])
+            if eos_kind == ACCEPTED and events[-1].stats.accepted_per_position[0]:
+                found = True
+                break
+    finally:
+        tiny_target.eos_token_ids = saved
+    assert found, "no end-of-sequence token arrived inside an accepted draft"
+
+
+def test_max_new_tokens_and_stop_strings(tiny_target):
+    config = GenerationConfig(max_new_tokens=25, gamma=3, ignore_eos=True)
+    full = Engine(tiny_target, PromptLookupDrafter()).generate(PROMPT, config)
+    assert len(full.token_ids) == 25 and full.stats.finish_reason == "length"
+    words = full.text.split()
+    stop = " " + words[10]  # stop at the (first occurrence of the) 11th word
+    cut = full.text.index(stop)
+    for drafter in (None, PromptLookupDrafter()):
+        run = Engine(tiny_target, drafter).generate(PROMPT, GenerationConfig(max_new_tokens=25, gamma=3, stop=(stop,), ignore_eos=True))
+        assert run.text == full.text[:cut]
+        assert run.stats.finish_reason == "stop"
+
+
+def test_text_assembler_holds_back_a_possible_stop_string():
+    class Letters:  # a tokenizer whose ids are letters
+        def decode(self, ids, skip_special_tokens=True):
+            return "".join(chr(ord("a") + i) for i in ids)
+
+    assembler = TextAssembler(IncrementalDetokenizer(Letters()), stop=("cde",))
+    pieces = [assembler.push(i) for i in [0, 1, 2, 3]]  # a b c d: "cd" may start the stop string
+    assert pieces == ["a", "b", "", ""]
+    assert assembler.push(5) == "cdf"  # not the stop string after all: released
+    assert assembler.push(2) == "" and assembler.push(3) == "" and assembler.push(4) == ""
+    assert assembler.stopped and assembler.text == "abcdf"
+
+
+def test_a_fixed_seed_repeats_a_sampled_run(tiny_target, draft_model):
+    config = GenerationConfig(max_new_tokens=30, gamma=3, ignore_eos=True,
+                              sampling=SamplingParams(temperature=1.0, top_p=0.9, seed=1234))
+    make = lambda: Engine(tiny_target, DraftModelDrafter(draft_model, tiny_target))  # noqa: E731
+    first, second = make().generate(PROMPT, config), make().generate(PROMPT, config)
+    assert first.token_ids == second.token_ids
+    other = make().generate(PROMPT, GenerationConfig(max_new_tokens=30, gamma=3, ignore_eos=True,
+                                                     sampling=SamplingParams(temperature=1.0, top_p=0.9, seed=99)))
+    assert other.token_ids != first.token_ids
+
+
+def test_bad_prompts_are_refused(tiny_folder):
+    from conftest import make_tiny_model
+
+    model = load_model(str(tiny_folder))
+    with pytest.raises(SpecdecError, match="empty"):
+        Engine(model).generate([])
+    with pytest.raises(SpecdecError, match="empty"):
+        Engine(model).encode("   ")
+    with pytest.raises(SpecdecError, match=r"\[0, 64\)"):
+        Engine(model).generate([3, 64])
+    with pytest.raises(SpecdecError, match="context"):
+        Engine(model).generate([3] * 256)
+
+
+# --- whole generations against the exact law -------------------------------------------------
+
+NEW_TOKENS, TOP_K, RUNS = 4, 3, 3000
+SAMPLING = SamplingParams(temperature=1.0, top_k=TOP_K)
+
+
+def exact_first_tokens_law(model) -> dict[tuple[int, ...], float]:
+    """P(first NEW_TOKENS tokens = s) = Π p(s_i | prompt, s_<i), enumerated over the top-k support."""
+    net = model.net
+    law = {(): 1.0}
+    for _ in range(NEW_TOKENS):
+        grown = {}
+        for prefix, prob in law.items():
+            logits = net.forward(torch.tensor([PROMPT + list(prefix)]), net.new_cache(64), last_only=True)[0, -1]
+            probs = logits_to_probs(logits, SAMPLING)
+            for token in probs.nonzero().squeeze(1).tolist():
+                grown[prefix + (token,)] = prob * float(probs[token])
+        law = grown
+    return law
+
+
+def sampled_pvalue(engine: Engine, law: dict) -> float:
+    counts: dict[tuple[int, ...], int] = {}
+    for seed in range(RUNS):
+        config = GenerationConfig(max_new_tokens=NEW_TOKENS, gamma=3, ignore_eos=True,
+                                  sampling=SamplingParams(temperature=1.0, top_k=TOP_K, seed=seed))
+        key = tuple(engine.generate(PROMPT, config).token_ids)
+        counts[key] = counts.get(key, 0) + 1
+    keys = list(law)
+    observed = np.array([counts.get(k, 0) for k in keys] + [sum(c for k, c in counts.items() if k not in law)])
+    return gof_pvalue(observed, np.array([law[k] for k in keys] + [0.0]))
+
+
+@pytest.fixture(scope="module")
+def first_tokens_law(tiny_target):
+    law = exact_first_tokens_law(tiny_target)
+    assert len(law) == TOP_K**NEW_TOKENS and abs(sum(law.values()) - 1) < 1e-5
+    return law
+
+
+@pytest.mark.parametrize("kind", ["plain", "ngram", "draft"])
+def test_whole_generations_follow_the_target_distribution(tiny_target, draft_model, first_tokens_law, kind):
+    drafter = None if kind == "plain" else drafters(tiny_target, draft_model)[kind]
+    assert sampled_pvalue(Engine(tiny_target, drafter), first_tokens_law) > ALPHA
+
+
+@pytest.mark.parametrize("kind", ["ngram", "draft"])
+def test_whole_generations_negative_control(tiny_target, draft_model, first_tokens_law, kind, monkeypatch):
+    monkeypatch.setattr(engine_module, "speculative_sample", accept_everything)
+    drafter = drafters(tiny_target, draft_model)[kind]
+    assert sampled_pvalue(Engine(tiny_target, drafter), first_tokens_law) < ALPHA

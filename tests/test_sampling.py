@@ -1,0 +1,54 @@
+"""Sampling transforms against transformers' logits processors, and argument validation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specdec.errors import ConfigError
+from specdec.sampling import SamplingParams, logits_to_probs
+
+
+def transformers_probs(logits, temperature, top_k, top_p):
+    from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    scores = TemperatureLogitsWarper(temperature)(None, logits.clone())
+    if top_k:
+        scores = TopKLogitsWarper(top_k)(None, scores)
+    if top_p < 1:
+        scores = TopPLogitsWarper(top_p)(None, scores)
+    return scores.softmax(-1)
+
+
+@pytest.mark.parametrize("temperature,top_k,top_p", [
+    (1.0, 0, 1.0), (0.5, 0, 1.0), (1.5, 5, 1.0), (1.0, 0, 0.9), (0.7, 10, 0.5), (1.0, 1, 1.0), (2.0, 0, 0.05),
+])
+def test_matches_transformers_warpers(temperature, top_k, top_p):
+    logits = torch.randn(8, 50, generator=torch.Generator().manual_seed(0)) * 3  # [B, V]
+    ours = logits_to_probs(logits, SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p))
+    ref = transformers_probs(logits, temperature, top_k, top_p)
+    assert torch.allclose(ours, ref, atol=1e-6)
+    assert torch.allclose(ours.sum(-1), torch.ones(8))
+
+
+def test_greedy_is_a_point_mass_on_the_argmax():
+    logits = torch.tensor([[0.1, 3.0, 3.0, -1.0]])
+    probs = logits_to_probs(logits, SamplingParams(temperature=0))
+    assert probs.tolist() == [[0.0, 1.0, 0.0, 0.0]]  # ties go to the lowest id
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"temperature": -0.1}, "temperature"),
+    ({"top_p": 0.0}, "top_p"),
+    ({"top_p": 1.5}, "top_p"),
+    ({"top_k": -1}, "top_k"),
+])
+def test_bad_settings_are_refused(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        SamplingParams(**kwargs)
+
+
+def test_seeded_generators_repeat():
+    a = torch.rand(5, generator=SamplingParams(temperature=1, seed=11).generator())
+    b = torch.rand(5, generator=SamplingParams(temperature=1, seed=11).generator())
+    assert torch.equal(a, b)
