@@ -136,3 +136,23 @@ def test_half_precision_equals_transformers_in_the_same_dtype(tiny_folder, dtype
         ref = ref_model(torch.tensor(ids)).logits.float()
     assert ours.dtype == torch.float32
     assert (ours - ref).abs().max().item() <= 0.01 * ref.abs().max().item()
+
+
+def test_packed_linears_equal_plain_linears(tiny_folder):
+    """The MKL-prepacked fast path (float32 CPU) against the plain nn.Linear reference."""
+    from specdec.runtime.loading import load_lean
+    from specdec.runtime.packed_linear import PackedLinear, packing_available
+    import json
+
+    if not packing_available(torch.device("cpu"), torch.float32):
+        pytest.skip("this torch build has no MKL")
+    hf_config = json.loads((tiny_folder / "config.json").read_text())
+    plain = load_lean(tiny_folder, hf_config, "cpu", torch.float32, pack=False)
+    packed = load_lean(tiny_folder, hf_config, "cpu", torch.float32, pack=True)
+    assert sum(isinstance(m, PackedLinear) for m in packed.modules()) == 4 * 2 + 1  # qkv, o, gate_up, down ×2, head
+    assert not any(isinstance(m, PackedLinear) for m in plain.modules())
+    ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
+    for rows in (ids[:, :1], ids):  # one row (decode) and several (verification)
+        a = plain.forward(rows, plain.new_cache(16))
+        b = packed.forward(rows, packed.new_cache(16))
+        assert (a - b).abs().max().item() < ATOL

@@ -2,7 +2,7 @@
 
 `build_drafter` turns a command-line spec into one:
     none            plain decoding (no drafter)
-    ngram[:N]       prompt lookup with n-grams of up to N tokens (default 3)
+    ngram[:N]       prompt lookup with n-grams of 2 to N tokens (default 4)
     draft:MODEL     a separate draft model (built-in name, folder or .gguf) sharing the target's tokenizer
 """
 

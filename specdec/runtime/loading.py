@@ -17,6 +17,7 @@ from specdec.errors import ConfigError, ModelLoadError
 from specdec.runtime.config import ModelConfig
 from specdec.runtime.gguf_convert import converted_folder
 from specdec.runtime.llama import LlamaModel, rope_inverse_frequencies
+from specdec.runtime.packed_linear import pack_linears
 from specdec.runtime.tokenizer import Tokenizer
 
 DEFAULT_MODEL = "smollm2-135m"
@@ -144,8 +145,11 @@ def _generation_eos(folder: Path) -> list[int]:
     return [eos] if isinstance(eos, int) else list(eos or [])
 
 
-def load_lean(folder: Path, hf_config: dict, device: str, dtype: torch.dtype) -> LlamaModel:
-    """Build the lean model on the meta device and fill it from the folder's safetensors."""
+def load_lean(folder: Path, hf_config: dict, device: str, dtype: torch.dtype, pack: bool = True) -> LlamaModel:
+    """Build the lean model on the meta device and fill it from the folder's safetensors.
+
+    With `pack`, linear layers get MKL-prepacked weights where that is available and exact
+    (float32 on an x86 CPU; see packed_linear.py). Training code passes pack=False."""
     config = ModelConfig.from_hf(hf_config)
     with torch.device("meta"):
         model = LlamaModel(config)
@@ -159,6 +163,8 @@ def load_lean(folder: Path, hf_config: dict, device: str, dtype: torch.dtype) ->
         )
     model.tie_weights()
     model.inv_freq = rope_inverse_frequencies(config).to(device)  # buffers built on meta hold no data
+    if pack:
+        pack_linears(model)
     return model.eval()
 
 

@@ -1,0 +1,1 @@
+"""Benchmarks: side-by-side speed comparisons on real prompts."""
