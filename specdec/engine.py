@@ -62,8 +62,8 @@ class Piece:
 
 @dataclass
 class StreamEvent:
-    pieces: list[Piece]  # what this round committed, in order
-    stats: GenerationStats
+    pieces: list[Piece]  # what the prefill or this round committed, in order
+    stats: GenerationStats  # the run's statistics so far (one object, updated as the run goes)
     done: bool = False
 
 
@@ -190,6 +190,11 @@ class Engine:
         stats.target_passes = 1
         stats.prefill_seconds = time.perf_counter() - started
         pieces, done = commit([first], [TARGET])
+        if not done:  # stream the first token at once: time to first token is the prefill's
+            stats.total_seconds = stats.prefill_seconds
+            stats.new_tokens = generated
+            yield StreamEvent(pieces, stats)
+            pieces = []
 
         while not done:
             # 1. draft

@@ -106,3 +106,11 @@ def test_chat_two_turns(capsys, monkeypatch, tiny_folder):
         assert out.count("tokens, MAT") == 2
     finally:
         (folder / "chat_template.jinja").unlink()
+
+
+def test_corrupt_safetensors_in_a_folder(capsys, tmp_path):
+    folder = make_tiny_model(tmp_path / "m", "llama")
+    for weights in folder.glob("*.safetensors"):
+        weights.write_bytes(b"\x00garbage" * 10)
+    code, _, err = run(capsys, "generate", "t5", "--model", str(folder), "--drafter", "none")
+    assert code == 1 and "not a readable safetensors file" in err

@@ -118,10 +118,18 @@ def _convert(gguf_path: Path, out: Path) -> None:
         "hidden_act": "silu",
         "torch_dtype": "float32",
     }
+    if "rope_freqs.weight" in names:
+        raise ModelLoadError(
+            f"{gguf_path.name} stores Llama-3.1 RoPE scaling factors (rope_freqs), which the GGUF "
+            "reader does not convert yet; load the model's Hugging Face folder instead"
+        )
     state = {}
     for tensor in reader.tensors:
-        weight = gguf.quants.dequantize(tensor.data, tensor.tensor_type).astype(np.float32)
-        name = _hf_name(tensor.name)
+        try:
+            weight = gguf.quants.dequantize(tensor.data, tensor.tensor_type).astype(np.float32)
+        except (NotImplementedError, ValueError) as err:
+            raise ModelLoadError(f"cannot dequantize {tensor.name} ({tensor.tensor_type.name}) in {gguf_path}: {err}") from None
+        name = _hf_name(tensor.name, gguf_path)
         if arch == "llama" and name.endswith(("q_proj.weight", "k_proj.weight")):
             weight = unpermute_qk(weight, num_heads if "q_proj" in name else num_kv_heads)
         state[name] = torch.from_numpy(np.ascontiguousarray(weight))
@@ -146,11 +154,14 @@ _GGUF_TO_HF = {
 }
 
 
-def _hf_name(name: str) -> str:
+def _hf_name(name: str, gguf_path: Path) -> str:
     parts = name.split(".")
-    if parts[0] == "blk":  # blk.{i}.{module}.{weight|bias}
-        return f"model.layers.{parts[1]}.{_GGUF_TO_HF[parts[2]]}.{parts[3]}"
-    return f"{_GGUF_TO_HF[parts[0]]}.{parts[1]}"
+    try:
+        if parts[0] == "blk":  # blk.{i}.{module}.{weight|bias}
+            return f"model.layers.{parts[1]}.{_GGUF_TO_HF[parts[2]]}.{parts[3]}"
+        return f"{_GGUF_TO_HF[parts[0]]}.{parts[1]}"
+    except (KeyError, IndexError):
+        raise ModelLoadError(f"{gguf_path.name} has a tensor this runtime does not know: {name}") from None
 
 
 def _convert_tokenizer(gguf_path: Path, out: Path) -> None:

@@ -13,26 +13,18 @@ from pathlib import Path
 import torch
 
 from specdec.errors import ConfigError, ModelLoadError
+from specdec.runtime.kv_cache import CacheLength
 
 
-class TransformersCache:
+class TransformersCache(CacheLength):
     def __init__(self, max_len: int) -> None:
         from transformers import DynamicCache
 
+        super().__init__(max_len)
         self.inner = DynamicCache()
-        self.max_len = max_len
-        self.length = 0
-
-    def reserve(self, num_new: int) -> None:
-        if self.length + num_new > self.max_len:
-            raise ConfigError(
-                f"the sequence would reach {self.length + num_new} tokens, past the cache's "
-                f"{self.max_len}; shorten the prompt or lower max_new_tokens"
-            )
 
     def truncate(self, length: int) -> None:
-        if not 0 <= length <= self.length:
-            raise ValueError(f"cannot truncate a cache of length {self.length} to {length}")
+        self.check_truncate(length)
         if length < self.length:
             self.inner.crop(length - self.length)  # a negative count removes that many (all versions)
         self.length = length

@@ -16,7 +16,27 @@ import torch
 from specdec.errors import ConfigError
 
 
-class StaticKVCache:
+class CacheLength:
+    """What every cache shares: a capacity, a length, and the checks on moving the length."""
+
+    def __init__(self, max_len: int) -> None:
+        self.max_len = max_len
+        self.length = 0
+
+    def reserve(self, num_new: int) -> None:
+        """Check that `num_new` more tokens fit; raise a clear error if they do not."""
+        if self.length + num_new > self.max_len:
+            raise ConfigError(
+                f"the sequence would reach {self.length + num_new} tokens, past the cache's "
+                f"{self.max_len}; shorten the prompt or lower max_new_tokens"
+            )
+
+    def check_truncate(self, length: int) -> None:
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot truncate a cache of length {self.length} to {length}")
+
+
+class StaticKVCache(CacheLength):
     def __init__(
         self,
         num_layers: int,
@@ -28,19 +48,10 @@ class StaticKVCache:
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
     ) -> None:
+        super().__init__(max_len)
         shape = (num_layers, batch_size, num_kv_heads, max_len, head_dim)
         self.keys = torch.zeros(shape, device=device, dtype=dtype)  # [L, B, Hkv, S_max, D]
         self.values = torch.zeros(shape, device=device, dtype=dtype)  # [L, B, Hkv, S_max, D]
-        self.max_len = max_len
-        self.length = 0
-
-    def reserve(self, num_new: int) -> None:
-        """Check that `num_new` more tokens fit; raise a clear error if they do not."""
-        if self.length + num_new > self.max_len:
-            raise ConfigError(
-                f"the sequence would reach {self.length + num_new} tokens, past the cache's "
-                f"{self.max_len}; shorten the prompt or lower max_new_tokens"
-            )
 
     def write(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store the new tokens' keys/values for one layer and return all live ones.
@@ -59,8 +70,7 @@ class StaticKVCache:
 
     def truncate(self, length: int) -> None:
         """Roll back to the first `length` tokens (a chain rejection): O(1), nothing is copied."""
-        if not 0 <= length <= self.length:
-            raise ValueError(f"cannot truncate a cache of length {self.length} to {length}")
+        self.check_truncate(length)
         self.length = length
 
     def compact(self, keep: torch.Tensor) -> None:

@@ -82,7 +82,8 @@ class Attention(nn.Module):
         sin: torch.Tensor,  # [B, 1, T, D]
         cache: StaticKVCache,
         layer: int,
-        mask: torch.Tensor | None,  # [B, 1, T, S] bool, True = may attend; None = attend to all S
+        mask: torch.Tensor | None,  # [B, 1, T, S] bool, True = may attend; None = all S, or causal
+        causal: bool = False,  # a prefill of an empty cache: plain causal attention (fast kernel)
     ) -> torch.Tensor:  # [B, T, hidden]
         batch, seq, _ = x.shape
         q, k, v = self.qkv(x).split(self.split, dim=-1)
@@ -93,7 +94,7 @@ class Attention(nn.Module):
         k = k * cos + rotate_half(k) * sin
         keys, values = cache.write(layer, k, v)  # [B, Hkv, S, D], S = length + T
         out = F.scaled_dot_product_attention(
-            q, keys, values, attn_mask=mask, enable_gqa=self.num_kv_heads != self.num_heads
+            q, keys, values, attn_mask=mask, is_causal=causal, enable_gqa=self.num_kv_heads != self.num_heads
         )  # [B, H, T, D]
         return self.o(out.transpose(1, 2).reshape(batch, seq, -1))
 
@@ -117,8 +118,8 @@ class DecoderLayer(nn.Module):
         self.mlp_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = MLP(config)
 
-    def forward(self, x, cos, sin, cache, layer, mask):  # x: [B, T, hidden] -> [B, T, hidden]
-        x = x + self.attn(self.attn_norm(x), cos, sin, cache, layer, mask)
+    def forward(self, x, cos, sin, cache, layer, mask, causal):  # x: [B, T, hidden] -> [B, T, hidden]
+        x = x + self.attn(self.attn_norm(x), cos, sin, cache, layer, mask, causal)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -182,10 +183,11 @@ class LlamaModel(nn.Module):
         if positions is None:
             positions = torch.arange(past, past + seq, device=input_ids.device).expand(batch, seq)
         cos, sin = self._rope(positions)
-        mask = self._attention_mask(past, seq, tree_mask, input_ids.device)
+        causal = past == 0 and seq > 1 and tree_mask is None
+        mask = None if causal else self._attention_mask(past, seq, tree_mask, input_ids.device)
         x = self.embed(input_ids)  # [B, T, hidden]
         for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, cache, i, mask)
+            x = layer(x, cos, sin, cache, i, mask, causal)
         cache.advance(seq)
         if last_only:
             x = x[:, -1:]
