@@ -27,7 +27,7 @@ class Parser(argparse.ArgumentParser):
 
 def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="smollm2-135m", help="built-in name, Hugging Face folder or .gguf file (default: smollm2-135m)")
-    p.add_argument("--drafter", default="ngram", help="none | ngram[:N] | draft:MODEL (default: ngram)")
+    p.add_argument("--drafter", default="ngram", help="none | ngram[:N] | draft:MODEL | early:L | suffix[:CORPUS] (default: ngram)")
     p.add_argument("--gamma", type=int, default=4, help="tokens drafted per round, >= 1 (default: 4)")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default: cpu)")
     p.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16 (default: float32)")

@@ -184,7 +184,7 @@ class Engine:
         # Prefill: one target pass over the prompt gives the first new token.
         cache = net.new_cache(max_len)
         if self.drafter:
-            self.drafter.begin(prompt_ids, max_len)
+            self.drafter.begin(prompt_ids, max_len, cache)
         logits = net.forward(torch.tensor([prompt_ids], device=device), cache, last_only=True)  # [1, 1, V]
         first = self._pick(logits[:, -1], params, generator)
         stats.target_passes = 1
@@ -200,11 +200,11 @@ class Engine:
             # 1. draft
             t0 = time.perf_counter()
             budget = min(config.gamma, token_budget - generated - 1)
+            committed_len = cache.length
             draft = self.drafter.propose(tokens, budget, params, generator) if self.drafter and budget > 0 else Draft([])
-            self._check_draft(draft, budget)
+            self._check_draft(draft, budget, cache.length == committed_len)
             t1 = time.perf_counter()
             # 2. verify: one pass over the last committed token and the drafts
-            committed_len = cache.length
             block = torch.tensor([[tokens[-1], *draft.tokens]], device=device)  # [1, k+1]
             logits = net.forward(block, cache)  # [1, k+1, V]
             # 3. accept
@@ -253,10 +253,14 @@ class Engine:
             )
         return prompt_ids
 
-    def _check_draft(self, draft: Draft, budget: int) -> None:
+    def _check_draft(self, draft: Draft, budget: int, cache_untouched: bool) -> None:
         vocab = self.target.vocab_size
-        if len(draft) > max(budget, 0) or any(not 0 <= t < vocab for t in draft.tokens):
-            raise RuntimeError(f"drafter {self.drafter.name} broke its contract: {len(draft)} tokens for a budget of {budget}")
+        if len(draft) > max(budget, 0) or any(not 0 <= t < vocab for t in draft.tokens) or not cache_untouched:
+            raise RuntimeError(
+                f"drafter {self.drafter.name} broke its contract: {len(draft)} tokens for a budget of "
+                f"{budget}, ids within the vocabulary: {all(0 <= t < vocab for t in draft.tokens)}, "
+                f"target cache length restored: {cache_untouched}"
+            )
 
     @staticmethod
     def _pick(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> int:

@@ -66,6 +66,12 @@ def test_prompt_longer_than_the_context(capsys, tmp_path):
     assert code == 1 and "context holds 32" in err
 
 
+@pytest.mark.parametrize("spec,message", [("early:0", "exit layer must be in [1, 1]"), ("early:x", "early:L needs")])
+def test_bad_early_exit_layer(capsys, tiny_folder, spec, message):
+    code, _, err = run(capsys, "generate", "t5", "--model", str(tiny_folder), "--drafter", spec)
+    assert code == 1 and message in err
+
+
 def test_unknown_drafter(capsys, tiny_folder):
     code, _, err = run(capsys, "generate", "t5", "--model", str(tiny_folder), "--drafter", "magic")
     assert code == 1 and "unknown drafter 'magic'" in err

@@ -4,7 +4,8 @@
   and the lean runtime against transformers on the converted folder: float32 logits within 5e-4
   absolute (logits range about ±40 here; the difference is float round-off in a 30-layer stack).
 - Greedy speculative output is token-identical to plain greedy output on five real prompts, for
-  prompt lookup and for a separate draft model (the target's first 8 layers, saved as a folder).
+  prompt lookup, for a separate draft model (the target's first 8 layers, saved as a folder) and
+  for early-exit self-speculation at layer 8, which must draft exactly what that folder drafts.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import shutil
 import pytest
 import torch
 
-from specdec.drafters import DraftModelDrafter, PromptLookupDrafter
+from specdec.drafters import DraftModelDrafter, EarlyExitDrafter, PromptLookupDrafter
 from specdec.engine import Engine, GenerationConfig
 from specdec.runtime import load_model
 from specdec.runtime import gguf_convert
@@ -116,7 +117,12 @@ def test_greedy_speculative_equals_plain_on_real_prompts(smollm, early_layers_dr
     plain = Engine(smollm).generate(ids, config)
     lookup = Engine(smollm, PromptLookupDrafter()).generate(ids, config)
     drafted = Engine(smollm, DraftModelDrafter(early_layers_draft, smollm)).generate(ids, config)
+    early = Engine(smollm, EarlyExitDrafter(smollm, exit_layer=8)).generate(ids, config)
     assert lookup.token_ids == plain.token_ids
     assert drafted.token_ids == plain.token_ids
+    assert early.token_ids == plain.token_ids
     assert drafted.text == plain.text
     assert drafted.stats.drafted > 0 and lookup.stats.drafted > 0
+    # self-speculation with 8 layers proposes what a separate 8-layer copy proposes (shared cache
+    # reuse gives the same keys and values): the same acceptance, round for round
+    assert early.stats.accepted_per_position == drafted.stats.accepted_per_position

@@ -3,7 +3,7 @@
 Whole-generation distribution test: the target samples with temperature 1 and top-k = 3, so the
 first 4 new tokens have 3^4 = 81 possible values, whose exact probabilities come from the target by
 enumeration (40 forward passes). 3,000 seeded generations of 4 tokens are run with plain sampling,
-prompt lookup (γ = 3) and the draft model (γ = 3), and each histogram is compared with the exact law
+prompt lookup, the draft model, early exit and suffix drafting (γ = 3), and each histogram is compared with the exact law
 by a chi-square test at ALPHA = 1e-3 (false-positive rate 0.1% per test). The negative control runs
 the same speculative engines with a verifier that accepts every draft and must fail (p < 1e-3).
 """
@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from specdec import engine as engine_module
-from specdec.drafters import DraftModelDrafter, PromptLookupDrafter
+from specdec.drafters import DraftModelDrafter, EarlyExitDrafter, PromptLookupDrafter, SuffixDrafter
 from specdec.engine import ACCEPTED, Engine, GenerationConfig, TextAssembler
 from specdec.errors import SpecdecError
 from specdec.runtime import load_model
@@ -40,11 +40,16 @@ def lookup():
 
 
 def drafters(target, draft_model):
-    return {"ngram": lookup(), "draft": DraftModelDrafter(draft_model, target)}
+    return {
+        "ngram": lookup(),
+        "draft": DraftModelDrafter(draft_model, target),
+        "early": EarlyExitDrafter(target, exit_layer=1),  # the first of the tiny model's two layers
+        "suffix": SuffixDrafter(corpus=[PROMPT[2:] + [8, 3, 8, 36], [12, 7, 5, 9, 44, 2]], min_match=1),
+    }
 
 
 @pytest.mark.parametrize("gamma", [1, 3, 6])
-@pytest.mark.parametrize("kind", ["ngram", "draft"])
+@pytest.mark.parametrize("kind", ["ngram", "draft", "early", "suffix"])
 def test_greedy_speculative_equals_plain(tiny_target, draft_model, kind, gamma):
     config = GenerationConfig(max_new_tokens=60, gamma=gamma, ignore_eos=True)
     plain = Engine(tiny_target).generate(PROMPT, config)
@@ -128,6 +133,18 @@ def test_a_fixed_seed_repeats_a_sampled_run(tiny_target, draft_model):
     assert other.token_ids != first.token_ids
 
 
+def test_early_exit_leaves_the_target_cache_as_it_found_it(tiny_target):
+    from specdec.sampling import SamplingParams
+
+    cache = tiny_target.net.new_cache(64)
+    tiny_target.net.forward(torch.tensor([PROMPT[:-1]]), cache)
+    drafter = EarlyExitDrafter(tiny_target, exit_layer=1)
+    drafter.begin(PROMPT, 64, cache)
+    draft = drafter.propose(PROMPT, 5, SamplingParams(temperature=1.0), torch.Generator().manual_seed(0))
+    assert len(draft) == 5 and draft.q.shape == (5, 64)
+    assert cache.length == len(PROMPT) - 1
+
+
 def test_bad_prompts_are_refused(tiny_folder):
     from conftest import make_tiny_model
 
@@ -182,13 +199,13 @@ def first_tokens_law(tiny_target):
     return law
 
 
-@pytest.mark.parametrize("kind", ["plain", "ngram", "draft"])
+@pytest.mark.parametrize("kind", ["plain", "ngram", "draft", "early", "suffix"])
 def test_whole_generations_follow_the_target_distribution(tiny_target, draft_model, first_tokens_law, kind):
     drafter = None if kind == "plain" else drafters(tiny_target, draft_model)[kind]
     assert sampled_pvalue(Engine(tiny_target, drafter), first_tokens_law) > ALPHA
 
 
-@pytest.mark.parametrize("kind", ["ngram", "draft"])
+@pytest.mark.parametrize("kind", ["ngram", "draft", "early", "suffix"])
 def test_whole_generations_negative_control(tiny_target, draft_model, first_tokens_law, kind, monkeypatch):
     monkeypatch.setattr(engine_module, "speculative_sample", accept_everything)
     drafter = drafters(tiny_target, draft_model)[kind]

@@ -7,7 +7,7 @@ generation each, `--repeats` times per prompt:
     hf-generate     transformers `generate`, greedy, on the same float32 weights
     hf-lookup       transformers assisted generation with prompt lookup (`prompt_lookup_num_tokens`)
     plain           this project's plain decoding
-    ngram           this project's prompt lookup
+    DRAFTER         this project with each `--drafter` spec (default: ngram), e.g. early:8, suffix
 For every prompt and method it records tokens per second (median over the repeats) and whether the
 greedy output equals this project's plain decoding. Speed-ups are means of per-prompt ratios, as
 Spec-Bench defines them. Prints a table, then one JSON summary as the last line.
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from specdec.drafters import PromptLookupDrafter
+from specdec.drafters import build_drafter
 from specdec.engine import Engine, GenerationConfig
 from specdec.errors import SpecdecError
 from specdec.runtime import load_model
@@ -82,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--gamma", type=int, default=4)
+    parser.add_argument("--drafter", action="append", default=None,
+                        help="a drafter spec as in `specdec generate --drafter` (repeatable; default: ngram)")
     parser.add_argument("--out", type=Path, default=None, help="write per-prompt results as JSON lines here")
     args = parser.parse_args(argv)
     try:
@@ -100,18 +102,23 @@ def run(args) -> int:
     prompts = load_spec_bench(args.prompts, args.per_category)
     target = load_model(args.model)
     config = GenerationConfig(max_new_tokens=args.max_new_tokens, gamma=args.gamma)
-    plain_engine, lookup_engine = Engine(target), Engine(target, PromptLookupDrafter())
+    plain_engine = Engine(target)
+    drafted = {spec: Engine(target, build_drafter(spec, target)) for spec in args.drafter or ["ngram"]}
     hf = TransformersRunner(target.folder, target.eos_token_ids)
     hf_lookup = TransformersRunner(target.folder, target.eos_token_ids, lookup_tokens=args.gamma)
 
     def ours(engine):
-        return lambda ids: engine.generate(ids, config).token_ids
+        def run_once(ids):
+            result = engine.generate(ids, config)
+            return result.token_ids, {"mean_accepted_tokens": round(result.stats.mean_accepted_tokens, 3),
+                                      "acceptance_rate": round(result.stats.acceptance_rate, 3)}
+        return run_once
 
     methods = {
-        "hf-generate": lambda ids: hf.generate(ids, args.max_new_tokens),
-        "hf-lookup": lambda ids: hf_lookup.generate(ids, args.max_new_tokens),
+        "hf-generate": lambda ids: (hf.generate(ids, args.max_new_tokens), {}),
+        "hf-lookup": lambda ids: (hf_lookup.generate(ids, args.max_new_tokens), {}),
         "plain": ours(plain_engine),
-        "ngram": ours(lookup_engine),
+        **{spec: ours(engine) for spec, engine in drafted.items()},
     }
     warm = plain_engine.encode("Hello")
     for method in methods.values():  # warm-up: first-call costs (allocations, lazy imports)
@@ -124,10 +131,11 @@ def run(args) -> int:
             ids = plain_engine.encode(item["prompt"])
             times: dict[str, list[float]] = defaultdict(list)
             outputs: dict[str, list[int]] = {}
+            extras: dict[str, dict] = {}
             for _ in range(args.repeats):
                 for name, method in methods.items():
                     start = time.perf_counter()
-                    outputs[name] = method(ids)
+                    outputs[name], extras[name] = method(ids)
                     times[name].append(time.perf_counter() - start)
                     progress.advance(task)
             row = {**item, "prompt_tokens": len(ids)}
@@ -138,6 +146,7 @@ def run(args) -> int:
                     "seconds": round(seconds, 4),
                     "tokens_per_second": round(len(outputs[name]) / seconds, 3),
                     "identical_to_plain": outputs[name] == outputs["plain"],
+                    **extras[name],
                 }
             rows.append(row)
     if args.out:
@@ -145,11 +154,12 @@ def run(args) -> int:
 
     summary = summarize(rows, list(methods))
     table = Table(title=f"{len(rows)} prompts, {args.max_new_tokens} new tokens, median of {args.repeats}, greedy")
-    for col in ("method", "tokens/s (median)", "× hf-generate", "× plain", "identical to plain"):
+    for col in ("method", "tokens/s (median)", "× hf-generate", "× plain", "MAT", "identical to plain"):
         table.add_column(col, justify="right")
     for name, s in summary["methods"].items():
+        mat = f"{s['mean_accepted_tokens']:.2f}" if "mean_accepted_tokens" in s else "-"
         table.add_row(name, f"{s['median_tokens_per_second']:.2f}", f"{s['speedup_vs_hf_generate']:.2f}",
-                      f"{s['speedup_vs_plain']:.2f}", f"{s['identical']}/{len(rows)}")
+                      f"{s['speedup_vs_plain']:.2f}", mat, f"{s['identical']}/{len(rows)}")
     Console().print(table)
     print(json.dumps(summary))
     return 0
@@ -166,6 +176,8 @@ def summarize(rows: list[dict], methods: list[str]) -> dict:
             "speedup_vs_plain": round(statistics.mean(r[name]["tokens_per_second"] / r["plain"]["tokens_per_second"] for r in rows), 3),
             "identical": sum(r[name]["identical_to_plain"] for r in rows),
         }
+        if "mean_accepted_tokens" in rows[0][name]:
+            out[name]["mean_accepted_tokens"] = round(statistics.mean(r[name]["mean_accepted_tokens"] for r in rows), 3)
     categories = sorted({r["category"] for r in rows})
     by_category = {
         c: {name: round(statistics.mean(r[name]["tokens_per_second"] / r["plain"]["tokens_per_second"]

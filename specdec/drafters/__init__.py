@@ -4,17 +4,23 @@
     none            plain decoding (no drafter)
     ngram[:N]       prompt lookup with n-grams of 2 to N tokens (default 4)
     draft:MODEL     a separate draft model (built-in name, folder or .gguf) sharing the target's tokenizer
+    early:L         self-speculation: the target's own first L layers, norm and LM head
+    suffix[:PATH]   suffix automata over the request and, optionally, a corpus (file, folder or JSON lines)
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from specdec.drafters.base import Draft, Drafter
 from specdec.drafters.draft_model import DraftModelDrafter
+from specdec.drafters.early_exit import EarlyExitDrafter
 from specdec.drafters.ngram import PromptLookupDrafter
+from specdec.drafters.suffix import SuffixDrafter, read_corpus
 from specdec.errors import ConfigError
 from specdec.runtime.loading import LanguageModel, load_model
 
-DRAFTER_KINDS = ("none", "ngram[:N]", "draft:MODEL")
+DRAFTER_KINDS = ("none", "ngram[:N]", "draft:MODEL", "early:L", "suffix[:PATH]")
 
 
 def build_drafter(
@@ -34,7 +40,17 @@ def build_drafter(
             raise ConfigError("draft:MODEL needs a model: a built-in name, a folder or a .gguf file")
         draft = load_model(arg, device=device, dtype=dtype, runtime=runtime)
         return DraftModelDrafter(draft, target)
+    if kind == "early":
+        if not arg.isdigit():
+            raise ConfigError(f"early:L needs the number of layers to draft with, e.g. early:8; got '{arg}'")
+        return EarlyExitDrafter(target, int(arg))
+    if kind == "suffix":
+        if not arg:
+            return SuffixDrafter()
+        encode = lambda text: target.tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
+        return SuffixDrafter(read_corpus(Path(arg).expanduser(), encode))
     raise ConfigError(f"unknown drafter '{spec}'; choose one of: {', '.join(DRAFTER_KINDS)}")
 
 
-__all__ = ["Draft", "Drafter", "DraftModelDrafter", "PromptLookupDrafter", "build_drafter"]
+__all__ = ["Draft", "Drafter", "DraftModelDrafter", "EarlyExitDrafter", "PromptLookupDrafter", "SuffixDrafter",
+           "build_drafter"]

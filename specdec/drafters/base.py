@@ -5,8 +5,8 @@ so far). It returns a `Draft`: the token ids and, for drafters that sample, q â€
 token was drawn from, after the same temperature / top-k / top-p transform as the target. Drafters
 that look tokens up (n-gram, suffix) return q = None: a point-mass proposal.
 
-Drafters never touch the target model or its cache. A drafter with a model of its own owns that
-model's cache and keeps it in step with `tokens` itself.
+Drafters never change the target model, and leave its cache's length as they found it. A drafter
+with a model of its own owns that model's cache and keeps it in step with `tokens` itself.
 """
 
 from __future__ import annotations
@@ -31,8 +31,11 @@ class Draft:
 class Drafter(Protocol):
     name: str
 
-    def begin(self, prompt_ids: list[int], max_len: int) -> None:
-        """Start a new request. `max_len` bounds the length of `tokens` in later calls."""
+    def begin(self, prompt_ids: list[int], max_len: int, target_cache=None) -> None:
+        """Start a new request. `max_len` bounds the length of `tokens` in later calls.
+
+        `target_cache` is the target's cache for this request. Only a drafter built from the target
+        itself (early exit) uses it, and it must leave its length as it found it."""
 
     def propose(
         self, tokens: list[int], max_tokens: int, params: SamplingParams, generator: torch.Generator

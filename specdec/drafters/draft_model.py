@@ -25,7 +25,7 @@ class DraftModelDrafter:
         self.cache = None
         self.cached_ids: list[int] = []  # the ids whose keys/values are in self.cache, in order
 
-    def begin(self, prompt_ids: list[int], max_len: int) -> None:
+    def begin(self, prompt_ids: list[int], max_len: int, target_cache=None) -> None:
         if max_len > self.model.max_context:
             raise ConfigError(
                 f"the draft model's context ({self.model.max_context}) is shorter than this request "

@@ -29,7 +29,7 @@ class PromptLookupDrafter:
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
 
-    def begin(self, prompt_ids: list[int], max_len: int) -> None:
+    def begin(self, prompt_ids: list[int], max_len: int, target_cache=None) -> None:
         pass  # stateless: each proposal searches the whole context
 
     def propose(

@@ -176,6 +176,7 @@ class LlamaModel(nn.Module):
         positions: torch.Tensor | None = None,  # [B, T]; default: cache.length + arange(T)
         tree_mask: torch.Tensor | None = None,  # [T, T] bool, True = new token i sees new token j
         last_only: bool = False,
+        exit_layer: int | None = None,  # run only the first `exit_layer` layers, then norm and head
     ) -> torch.Tensor:  # logits, float32: [B, T, V], or [B, 1, V] when last_only
         batch, seq = input_ids.shape
         cache.reserve(seq)
@@ -186,7 +187,7 @@ class LlamaModel(nn.Module):
         causal = past == 0 and seq > 1 and tree_mask is None
         mask = None if causal else self._attention_mask(past, seq, tree_mask, input_ids.device)
         x = self.embed(input_ids)  # [B, T, hidden]
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(self.layers[:exit_layer]):
             x = layer(x, cos, sin, cache, i, mask, causal)
         cache.advance(seq)
         if last_only:

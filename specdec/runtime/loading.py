@@ -6,9 +6,9 @@ its tokenizer, and the ids that end a generation.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from dataclasses import dataclass, field
-import importlib.util
 from pathlib import Path
 
 import torch
