@@ -11,12 +11,13 @@ with a model of its own owns that model's cache and keeps it in step with `token
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 
-from specdec.sampling import SamplingParams
+from specdec.sampling import SamplingParams, logits_to_probs, sample
 
 
 @dataclass
@@ -41,3 +42,29 @@ class Drafter(Protocol):
         self, tokens: list[int], max_tokens: int, params: SamplingParams, generator: torch.Generator
     ) -> Draft:
         """Propose up to `max_tokens` ids to follow `tokens`."""
+
+
+def draft_chain(
+    next_logits: Callable[[list[int]], torch.Tensor],
+    feed: list[int],
+    max_tokens: int,
+    params: SamplingParams,
+    generator: torch.Generator,
+) -> Draft:
+    """Draft `max_tokens` tokens one at a time from a model.
+
+    `next_logits(ids)` feeds `ids` to the draft network and returns the logits [V] after the last
+    of them. It is called with `feed` first, then with each drafted token but the last. Tokens are
+    the argmax when greedy, else drawn from q, the draft's distribution under the target's transform.
+    """
+    drafted: list[int] = []
+    probs: list[torch.Tensor] = []
+    logits = next_logits(feed)  # [V]
+    for i in range(max_tokens):
+        q = logits_to_probs(logits, params)  # [V]
+        token = int(logits.argmax()) if params.greedy else int(sample(q[None], generator))
+        drafted.append(token)
+        probs.append(q)
+        if i + 1 < max_tokens:
+            logits = next_logits([token])
+    return Draft(drafted, None if params.greedy else torch.stack(probs))  # q: [k, V]

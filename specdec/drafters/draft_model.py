@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import torch
 
-from specdec.drafters.base import Draft
+from specdec.drafters.base import Draft, draft_chain
 from specdec.errors import ConfigError
 from specdec.runtime.loading import LanguageModel
-from specdec.sampling import SamplingParams, logits_to_probs, sample
+from specdec.sampling import SamplingParams
 
 
 class DraftModelDrafter:
@@ -47,20 +47,13 @@ class DraftModelDrafter:
         while common < limit and self.cached_ids[common] == tokens[common]:
             common += 1
         self.cache.truncate(common)
-        feed = tokens[common:]
-        self.cached_ids = list(tokens)
-        logits = net.forward(torch.tensor([feed], device=device), self.cache, last_only=True)[0, -1]  # [V]
-        drafted: list[int] = []
-        probs: list[torch.Tensor] = []
-        for i in range(max_tokens):
-            q = logits_to_probs(logits, params)  # [V]
-            token = int(logits.argmax()) if params.greedy else int(sample(q[None], generator))
-            drafted.append(token)
-            probs.append(q)
-            if i + 1 < max_tokens:
-                logits = net.forward(torch.tensor([[token]], device=device), self.cache)[0, -1]
-                self.cached_ids.append(token)
-        return Draft(drafted, None if params.greedy else torch.stack(probs).to(device))
+        self.cached_ids = self.cached_ids[:common]
+
+        def next_logits(ids: list[int]) -> torch.Tensor:  # [V]
+            self.cached_ids += ids
+            return net.forward(torch.tensor([ids], device=device), self.cache, last_only=True)[0, -1]
+
+        return draft_chain(next_logits, tokens[common:], max_tokens, params, generator)
 
 
 def check_same_vocabulary(draft: LanguageModel, target: LanguageModel) -> None:

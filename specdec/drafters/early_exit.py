@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import torch
 
-from specdec.drafters.base import Draft
+from specdec.drafters.base import Draft, draft_chain
 from specdec.errors import ConfigError
 from specdec.runtime.llama import LlamaModel
 from specdec.runtime.loading import LanguageModel
-from specdec.sampling import SamplingParams, logits_to_probs, sample
+from specdec.sampling import SamplingParams
 
 
 class EarlyExitDrafter:
@@ -49,18 +49,12 @@ class EarlyExitDrafter:
             return Draft([], None)
         committed = self.cache.length  # every committed token but the last
         device = self.net.device
-        feed = tokens[committed:]  # the last committed token (the engine keeps just one outside the cache)
-        drafted: list[int] = []
-        probs: list[torch.Tensor] = []
-        try:
-            for _ in range(max_tokens):
-                block = torch.tensor([feed], device=device)  # [1, len(feed)]
-                logits = self.net.forward(block, self.cache, last_only=True, exit_layer=self.exit_layer)[0, -1]  # [V]
-                q = logits_to_probs(logits, params)  # [V]
-                token = int(logits.argmax()) if params.greedy else int(sample(q[None], generator))
-                drafted.append(token)
-                probs.append(q)
-                feed = [token]
+
+        def next_logits(ids: list[int]) -> torch.Tensor:  # [V]
+            block = torch.tensor([ids], device=device)  # [1, len(ids)]
+            return self.net.forward(block, self.cache, last_only=True, exit_layer=self.exit_layer)[0, -1]
+
+        try:  # feed the last committed token: the only one the cache does not hold
+            return draft_chain(next_logits, tokens[committed:], max_tokens, params, generator)
         finally:
             self.cache.truncate(committed)
-        return Draft(drafted, None if params.greedy else torch.stack(probs))
