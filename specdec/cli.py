@@ -120,10 +120,9 @@ def _summary(stats, console, title: str = "run") -> None:
 
 
 def cmd_generate(args, console) -> int:
-    from specdec.engine import Engine, GenerationConfig
+    from specdec.engine import Engine, GenerationConfig, require_prompt_text
 
-    if not args.prompt.strip():
-        raise SpecdecError("the prompt is empty; give some text to continue")
+    require_prompt_text(args.prompt)
     config = _configs(args)
     target, drafter, engine = _load(args, console)
     prompt_ids = engine.encode(args.prompt, chat=not args.raw)

@@ -122,6 +122,12 @@ def _longest_stop_prefix(text: str, stops: tuple[str, ...]) -> int:
     return best
 
 
+def require_prompt_text(prompt: str) -> None:
+    """Refuse an empty or blank prompt with a clear error (the CLI calls it before loading a model)."""
+    if not prompt or not prompt.strip():
+        raise SpecdecError("the prompt is empty; give some text to continue")
+
+
 class Engine:
     """Generates from a target model, speculatively when given a drafter, plainly without one."""
 
@@ -131,8 +137,7 @@ class Engine:
 
     def encode(self, prompt: str, chat: bool = True) -> list[int]:
         """Prompt text → ids: through the model's chat template (one user turn) or as raw text."""
-        if not prompt or not prompt.strip():
-            raise SpecdecError("the prompt is empty; give some text to continue")
+        require_prompt_text(prompt)
         tokenizer = self.target.tokenizer
         if chat and tokenizer.chat_template:
             return tokenizer.apply_chat_template([{"role": "user", "content": prompt}])
@@ -255,11 +260,11 @@ class Engine:
 
     def _check_draft(self, draft: Draft, budget: int, cache_untouched: bool) -> None:
         vocab = self.target.vocab_size
-        if len(draft) > max(budget, 0) or any(not 0 <= t < vocab for t in draft.tokens) or not cache_untouched:
+        ids_valid = all(0 <= t < vocab for t in draft.tokens)
+        if len(draft) > max(budget, 0) or not ids_valid or not cache_untouched:
             raise RuntimeError(
                 f"drafter {self.drafter.name} broke its contract: {len(draft)} tokens for a budget of "
-                f"{budget}, ids within the vocabulary: {all(0 <= t < vocab for t in draft.tokens)}, "
-                f"target cache length restored: {cache_untouched}"
+                f"{budget}, ids within the vocabulary: {ids_valid}, target cache length restored: {cache_untouched}"
             )
 
     @staticmethod

@@ -5,9 +5,9 @@ tokens of the context (prompt and generated text) occurred, and propose the up t
 tokens that followed it there. A point-mass proposal (q = None). Costs no model call.
 
 Defaults (n from 4 down to 2): a one-token match proposes too often on a CPU, where a verification
-pass over several tokens costs 1.6–2× a one-token pass. On 13 Spec-Bench prompts (one per
-category, 128 tokens, greedy) min_ngram = 2 gave a mean speed-up of 1.25× at γ = 4 against 1.15×
-for min_ngram = 1.
+pass over several tokens costs 1.4–2.3× a one-token pass (docs/bench/pass-cost-output.txt). In one
+exploratory run on 13 Spec-Bench prompts (one per category, 128 tokens, greedy, a single repeat),
+min_ngram = 2 gave a mean speed-up over plain decoding of 1.25× at γ = 4, min_ngram = 1 gave 1.15×.
 """
 
 from __future__ import annotations
