@@ -1,4 +1,4 @@
-"""Command line: `specdec generate | chat | plan`.
+"""Command line: `specdec generate | chat | plan | costs`.
 
 A thin layer: it parses arguments into the library's config objects, calls the library, and renders.
 Errors the user can fix are printed as one line and exit with status 2 (bad arguments) or 1 (the
@@ -25,13 +25,28 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _model_args(p: argparse.ArgumentParser) -> None:
+def gamma_arg(text: str) -> int | str:
+    if text == "auto":
+        return text
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    raise argparse.ArgumentTypeError(f"gamma must be 'auto' or a whole number >= 1, got '{text}'")
+
+
+def _target_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="smollm2-135m", help="built-in name, Hugging Face folder or .gguf file (default: smollm2-135m)")
-    p.add_argument("--drafter", default="ngram", help="none | ngram[:N] | draft:MODEL | early:L | suffix[:CORPUS] (default: ngram)")
-    p.add_argument("--gamma", type=int, default=4, help="tokens drafted per round, >= 1 (default: 4)")
+    p.add_argument("--drafter", default="ngram",
+                   help="none | ngram[:N] | draft:MODEL | early:L | suffix[:CORPUS] | auto[:A,B,...] (default: ngram)")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default: cpu)")
     p.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16 (default: float32)")
     p.add_argument("--runtime", default="lean", help="lean | transformers (default: lean)")
+    p.add_argument("--max-gamma", type=int, default=8, help="the largest γ the adaptive policy tries (default: 8)")
+
+
+def _model_args(p: argparse.ArgumentParser) -> None:
+    _target_args(p)
+    p.add_argument("--gamma", type=gamma_arg, default="auto",
+                   help="tokens drafted per round: a whole number >= 1, or auto (chosen each round from measured costs and acceptance; default)")
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-k", type=int, default=0, help="0 = off")
@@ -62,6 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--max-gamma", type=int, default=12)
     plan.add_argument("--verify-cost", type=float, default=1.0,
                       help="cost of a target pass over γ+1 tokens / a one-token pass (default 1, as in the formula)")
+
+    costs = sub.add_parser("costs", help="show (measuring if needed) this machine's cost model for a model and drafter")
+    _target_args(costs)
+    costs.add_argument("--remeasure", action="store_true", help="measure again, replacing the cached numbers")
     return parser
 
 
@@ -70,9 +89,8 @@ def _configs(args):
     from specdec.sampling import SamplingParams
 
     sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
-    return GenerationConfig(
-        max_new_tokens=args.max_new_tokens, gamma=args.gamma, sampling=sampling, stop=tuple(args.stop)
-    )
+    return GenerationConfig(max_new_tokens=args.max_new_tokens, gamma=args.gamma, max_gamma=args.max_gamma,
+                            sampling=sampling, stop=tuple(args.stop))
 
 
 def _load(args, console):
@@ -84,6 +102,13 @@ def _load(args, console):
         target = load_model(args.model, device=args.device, dtype=args.dtype, runtime=args.runtime)
         drafter = build_drafter(args.drafter, target, device=args.device, dtype=args.dtype, runtime=args.runtime)
     return target, drafter, Engine(target, drafter)
+
+
+def _prepare(engine, config, console) -> None:
+    """Measure the cost model now (with a spinner) if the adaptive policy will need it and no cache has it."""
+    if engine.needs_costs(config):
+        with console.status("reading the cost model (measuring it on this machine the first time, a few seconds)"):
+            engine.costs(config.max_gamma)
 
 
 def _stream(engine, prompt_ids, config, console):
@@ -99,8 +124,10 @@ def _stream(engine, prompt_ids, config, console):
     return "".join(texts), token_ids, stats
 
 
-def _summary(stats, console, title: str = "run") -> None:
+def _summary(stats, console, title: str = "run", costs=None, plain_tokens_per_second=None) -> None:
     from rich.table import Table
+
+    from specdec.analysis import drafter_breakdown
 
     table = Table(title=title, show_header=False, box=None)
     per_pos = " ".join(f"{a:.2f}" for a in stats.acceptance_per_position) or "-"
@@ -117,24 +144,61 @@ def _summary(stats, console, title: str = "run") -> None:
     for key, value in rows:
         table.add_row(key, value)
     console.print(table)
+    if costs is not None and stats.drafted:
+        _breakdown(drafter_breakdown(stats, costs, plain_tokens_per_second), stats, console)
+
+
+def _breakdown(rows: list[dict], stats, console) -> None:
+    """Per drafter: the seed formula on the run's own α, γ, c next to the measured speed-up; the policy's choices."""
+    from rich.table import Table
+
+    table = Table(title="speed-up: seed formula on this run's own α, γ, f, c, v (docs/ARCHITECTURE.md) vs measured")
+    for col in ("drafter", "rounds", "f", "γ", "α", "c", "v", "predicted", "costed", "measured"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        measured = f"{r['measured_speedup']:.2f}×" if r["measured_speedup"] is not None else "-"
+        table.add_row(r["drafter"], str(r["rounds"]), f"{r['drafting_share']:.2f}", str(r["gamma"]), f"{r['alpha']:.2f}",
+                      f"{r['c']:.3f}", f"{r['verify_cost']:.2f}", f"{r['predicted_speedup']:.2f}×",
+                      f"{r['costed_speedup']:.2f}×", measured)
+    console.print(table)
+    if rows:
+        console.print(f"[dim]f: share of rounds that drafted; c: draft cost per token / T(1); v: verify pass / T(1); "
+                      f"costed: the cost model with the acceptance as it happened; measured against: "
+                      f"{rows[0]['baseline']}[/dim]", highlight=False)
+    plain = stats.by_drafter.get("plain")
+    if plain:
+        console.print(f"plain rounds chosen by the policy: {plain.rounds} of {stats.rounds}")
+    for decision in stats.decisions[-6:]:
+        console.print(f"[dim]round {decision['round']}: {decision['reason']}[/dim]", highlight=False)
+    if len(stats.decisions) > 6:
+        console.print(f"[dim]({len(stats.decisions) - 6} earlier changes of choice not shown; --json has them)[/dim]")
 
 
 def cmd_generate(args, console) -> int:
+    from specdec.analysis import drafter_breakdown
     from specdec.engine import Engine, GenerationConfig, require_prompt_text
 
     require_prompt_text(args.prompt)
     config = _configs(args)
     target, drafter, engine = _load(args, console)
     prompt_ids = engine.encode(args.prompt, chat=not args.raw)
+    _prepare(engine, config, console)
     if args.compare:  # warm up both paths so that neither pays first-call costs
-        warm = GenerationConfig(max_new_tokens=4, gamma=args.gamma, sampling=config.sampling)
+        warm = GenerationConfig(max_new_tokens=4, gamma=args.gamma, max_gamma=args.max_gamma, sampling=config.sampling)
         engine.generate(prompt_ids, warm)
     console.print("[dim]legend:[/dim] [green]accepted draft[/green] [yellow]corrected[/yellow] [cyan]bonus[/cyan] target", highlight=False)
     _, token_ids, stats = _stream(engine, prompt_ids, config, console)
-    _summary(stats, console, title=f"speculative ({stats.drafter}, γ = {args.gamma})")
+    plain = Engine(target).generate(prompt_ids, config) if args.compare else None
+    costs = engine.cost_model if engine.drafters else None
+    if costs is None and engine.drafters:  # a fixed γ ran without the cost model; the breakdown needs it
+        with console.status("reading the cost model for the breakdown"):
+            costs = engine.costs(config.max_gamma)
+    _summary(stats, console, title=f"speculative ({stats.drafter}, γ = {args.gamma})", costs=costs,
+             plain_tokens_per_second=plain.stats.tokens_per_second if plain else None)
     result = {"speculative": stats.to_dict()}
-    if args.compare:
-        plain = Engine(target).generate(prompt_ids, config)
+    if costs is not None:
+        result["breakdown"] = drafter_breakdown(stats, costs, plain.stats.tokens_per_second if plain else None)
+    if plain:
         _summary(plain.stats, console, title="plain decoding")
         speedup = stats.tokens_per_second / plain.stats.tokens_per_second
         console.print(f"speed-up: {speedup:.2f}× ({stats.tokens_per_second:.2f} vs {plain.stats.tokens_per_second:.2f} tokens/s)")
@@ -153,6 +217,7 @@ def cmd_generate(args, console) -> int:
 def cmd_chat(args, console) -> int:
     config = _configs(args)
     target, drafter, engine = _load(args, console)
+    _prepare(engine, config, console)
     system = [{"role": "system", "content": args.system}] if args.system else []
     messages = list(system)
     console.print("[dim]chat: /reset starts over, /exit or Ctrl-D leaves[/dim]")
@@ -209,7 +274,37 @@ def cmd_plan(args, console) -> int:
     return 0
 
 
-COMMANDS = {"generate": cmd_generate, "chat": cmd_chat, "plan": cmd_plan}
+def cmd_costs(args, console) -> int:
+    from rich.table import Table
+
+    from specdec.cost_model import costs_dir, load_or_measure
+
+    if not 1 <= args.max_gamma <= 16:
+        raise SpecdecError(f"--max-gamma must be in [1, 16], got {args.max_gamma}")
+    target, drafter, engine = _load(args, console)
+    with console.status("measuring the cost model on this machine" if args.remeasure else "reading the cost model"):
+        costs = load_or_measure(target, engine.drafters, args.max_gamma, remeasure=args.remeasure)
+    engine.cost_model = costs
+    one = costs.target_pass(1)
+    table = Table(title=f"target passes: {target.name} on {costs.description['machine']['processor']}")
+    for col in ("tokens scored", "ms", "× one-token pass"):
+        table.add_column(col, justify="right")
+    for size in sorted(costs.pass_seconds):
+        table.add_row(str(size), f"{costs.pass_seconds[size] * 1000:.2f}", f"{costs.target_pass(size) / one:.2f}")
+    console.print(table)
+    drafts = Table(title="draft cost: per proposal + per drafted token")
+    for col in ("drafter", "per proposal (ms)", "per token (ms)", "c = per token / T(1)"):
+        drafts.add_column(col, justify="right")
+    for d in engine.drafters:
+        cost = costs.draft_costs[d.name]
+        drafts.add_row(d.name, f"{cost.per_call * 1000:.3f}", f"{cost.per_token * 1000:.3f}", f"{cost.per_token / one:.3f}")
+    console.print(drafts)
+    console.print(f"measured {costs.description.get('measured_at', '?')}; cached in {costs_dir() / (costs.key + '.json')}")
+    print(json.dumps(costs.to_json()))
+    return 0
+
+
+COMMANDS = {"generate": cmd_generate, "chat": cmd_chat, "plan": cmd_plan, "costs": cmd_costs}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,12 +1,14 @@
 """The decode loop: prefill, then rounds of draft → verify → accept → commit.
 
+    0. choose:  the policy picks the drafter and γ for this round (fixed, or adaptive: `policy.py`);
     1. draft:   the drafter proposes up to γ tokens after the committed ones (with q, or None);
     2. verify:  one target pass over [last committed token, drafts...] gives p for every position;
     3. accept:  `verify.py` keeps the longest acceptable prefix and picks one more token;
     4. commit:  the target cache keeps what was accepted (a chain rollback only moves its length);
                 tokens are committed one at a time, so an end-of-sequence token, a stop string or the
                 token budget inside a round ends the output exactly where plain decoding would;
-    5. record:  passes, drafted / accepted per position, times; the text streams out.
+    5. record:  the policy sees how many were accepted; passes, drafted / accepted per position and
+                per drafter, times; the text streams out.
 
 Plain decoding is the same loop with no drafter (γ = 0 every round), so the baseline shares every
 line of code except drafting. Invariant between rounds: the target cache holds every committed
@@ -21,8 +23,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from specdec.cost_model import CostModel, load_or_measure
 from specdec.drafters.base import Draft, Drafter
 from specdec.errors import ConfigError, SpecdecError
+from specdec.policy import AdaptivePolicy, FixedPolicy, RoundPlan
 from specdec.runtime.loading import LanguageModel
 from specdec.runtime.tokenizer import IncrementalDetokenizer
 from specdec.sampling import SamplingParams, logits_to_probs, sample
@@ -35,11 +39,17 @@ ACCEPTED = "accepted"  # a drafted token the target accepted
 CORRECTED = "corrected"  # the target's replacement for the first rejected draft
 BONUS = "bonus"  # the target's extra token after all drafts were accepted
 
+PLAIN_ROUND = RoundPlan(None, 0, 1.0, "no drafter")
+
+
+AUTO = "auto"
+
 
 @dataclass(frozen=True)
 class GenerationConfig:
     max_new_tokens: int = 256
-    gamma: int = 4  # tokens drafted per round
+    gamma: int | str = AUTO  # tokens drafted per round, or "auto": chosen each round by the policy
+    max_gamma: int = 8  # the largest γ the adaptive policy considers
     sampling: SamplingParams = field(default_factory=SamplingParams)
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
@@ -47,8 +57,10 @@ class GenerationConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens must be a whole number >= 1, got {self.max_new_tokens}")
-        if not isinstance(self.gamma, int) or self.gamma < 1:
-            raise ConfigError(f"gamma (tokens drafted per round) must be a whole number >= 1, got {self.gamma}")
+        if self.gamma != AUTO and (not isinstance(self.gamma, int) or self.gamma < 1):
+            raise ConfigError(f"gamma (tokens drafted per round) must be a whole number >= 1 or 'auto', got {self.gamma!r}")
+        if not isinstance(self.max_gamma, int) or not 1 <= self.max_gamma <= 16:
+            raise ConfigError(f"max_gamma must be a whole number in [1, 16], got {self.max_gamma!r}")
         if any(not s for s in self.stop):
             raise ConfigError("stop strings must not be empty")
 
@@ -129,11 +141,40 @@ def require_prompt_text(prompt: str) -> None:
 
 
 class Engine:
-    """Generates from a target model, speculatively when given a drafter, plainly without one."""
+    """Generates from a target model, speculatively when given drafters, plainly without.
 
-    def __init__(self, target: LanguageModel, drafter: Drafter | None = None) -> None:
+    With one drafter and a fixed γ every round drafts γ tokens. With γ = "auto" or several drafters
+    the adaptive policy (`policy.py`) chooses each round's drafter and γ from the cost model, which
+    is measured on first use (or read from its cache) unless one is given."""
+
+    def __init__(self, target: LanguageModel, drafter: Drafter | list[Drafter] | None = None,
+                 cost_model: CostModel | None = None) -> None:
         self.target = target
-        self.drafter = drafter
+        self.drafters: list[Drafter] = list(drafter) if isinstance(drafter, (list, tuple)) else [drafter] if drafter else []
+        names = [d.name for d in self.drafters]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"drafter names must differ, got {names}")
+        self.name = names[0] if len(names) == 1 else f"auto({','.join(names)})" if names else "none"
+        self.cost_model = cost_model
+
+    def needs_costs(self, config: GenerationConfig) -> bool:
+        """Whether this config runs the adaptive policy, which needs the cost model."""
+        return bool(self.drafters) and (config.gamma == AUTO or len(self.drafters) > 1)
+
+    def costs(self, max_gamma: int) -> CostModel:
+        """The cost model for this target and these drafters (measured now if not cached: seconds)."""
+        if (self.cost_model is None or max(self.cost_model.pass_seconds) < max_gamma + 1
+                or any(d.name not in self.cost_model.draft_costs for d in self.drafters)):
+            self.cost_model = load_or_measure(self.target, self.drafters, max_gamma)
+        return self.cost_model
+
+    def policy(self, config: GenerationConfig) -> FixedPolicy | AdaptivePolicy:
+        """A fresh policy for one request (acceptance is estimated per request)."""
+        if not self.needs_costs(config):
+            return FixedPolicy(config.gamma)
+        fixed = None if config.gamma == AUTO else config.gamma
+        max_gamma = fixed or config.max_gamma
+        return AdaptivePolicy(self.costs(max_gamma), [d.name for d in self.drafters], config.max_gamma, fixed)
 
     def encode(self, prompt: str, chat: bool = True) -> list[int]:
         """Prompt text → ids: through the model's chat template (one user turn) or as raw text."""
@@ -163,7 +204,8 @@ class Engine:
         max_len = min(len(prompt_ids) + config.max_new_tokens, self.target.max_context)
         token_budget = max_len - len(prompt_ids)
         stop_ids = set() if config.ignore_eos else set(self.target.eos_token_ids)
-        stats = GenerationStats(drafter=self.drafter.name if self.drafter else "none", prompt_tokens=len(prompt_ids))
+        policy = self.policy(config) if self.drafters else None
+        stats = GenerationStats(drafter=self.name, prompt_tokens=len(prompt_ids))
         assembler = TextAssembler(IncrementalDetokenizer(self.target.tokenizer), config.stop)
         tokens = list(prompt_ids)
         generated = 0
@@ -188,8 +230,8 @@ class Engine:
 
         # Prefill: one target pass over the prompt gives the first new token.
         cache = net.new_cache(max_len)
-        if self.drafter:
-            self.drafter.begin(prompt_ids, max_len, cache)
+        for drafter in self.drafters:
+            drafter.begin(prompt_ids, max_len, cache)
         logits = net.forward(torch.tensor([prompt_ids], device=device), cache, last_only=True)  # [1, 1, V]
         first = self._pick(logits[:, -1], params, generator)
         stats.target_passes = 1
@@ -204,10 +246,13 @@ class Engine:
         while not done:
             # 1. draft
             t0 = time.perf_counter()
-            budget = min(config.gamma, token_budget - generated - 1)
+            plan = policy.choose() if policy else PLAIN_ROUND
+            drafter = self.drafters[plan.drafter] if plan.drafter is not None else None
+            budget = min(plan.gamma, token_budget - generated - 1)
             committed_len = cache.length
-            draft = self.drafter.propose(tokens, budget, params, generator) if self.drafter and budget > 0 else Draft([])
-            self._check_draft(draft, budget, cache.length == committed_len)
+            draft = drafter.propose(tokens, budget, params, generator) if drafter and budget > 0 else Draft([])
+            if drafter:
+                self._check_draft(drafter, draft, budget, cache.length == committed_len)
             t1 = time.perf_counter()
             # 2. verify: one pass over the last committed token and the drafts
             block = torch.tensor([[tokens[-1], *draft.tokens]], device=device)  # [1, k+1]
@@ -227,9 +272,10 @@ class Engine:
             new_pieces, done = commit(draft.tokens[:n] + [int(next_token)], kinds)
             t2 = time.perf_counter()
             # 5. record
-            stats.record_round(len(draft), n)
-            stats.draft_seconds += t1 - t0
-            stats.verify_seconds += t2 - t1
+            if policy:
+                policy.observe(plan, len(draft), n)
+            stats.record_round(len(draft), n, drafter=drafter.name if drafter else "plain", gamma=plan.gamma,
+                               committed=len(new_pieces), draft_seconds=t1 - t0, verify_seconds=t2 - t1)
             pieces += new_pieces
             if not done:
                 stats.total_seconds = time.perf_counter() - started
@@ -237,6 +283,7 @@ class Engine:
                 yield StreamEvent(pieces, stats)
                 pieces = []
 
+        stats.decisions = policy.decisions if policy else []
         tail = assembler.finish()
         if tail:
             pieces.append(Piece(tail, [], TARGET))
@@ -258,12 +305,12 @@ class Engine:
             )
         return prompt_ids
 
-    def _check_draft(self, draft: Draft, budget: int, cache_untouched: bool) -> None:
+    def _check_draft(self, drafter: Drafter, draft: Draft, budget: int, cache_untouched: bool) -> None:
         vocab = self.target.vocab_size
         ids_valid = all(0 <= t < vocab for t in draft.tokens)
         if len(draft) > max(budget, 0) or not ids_valid or not cache_untouched:
             raise RuntimeError(
-                f"drafter {self.drafter.name} broke its contract: {len(draft)} tokens for a budget of "
+                f"drafter {drafter.name} broke its contract: {len(draft)} tokens for a budget of "
                 f"{budget}, ids within the vocabulary: {ids_valid}, target cache length restored: {cache_untouched}"
             )
 

@@ -6,6 +6,26 @@ from dataclasses import dataclass, field
 
 
 @dataclass
+class RoundTally:
+    """The rounds of one drafter (or of plain decoding) within a run."""
+
+    rounds: int = 0
+    drafting_rounds: int = 0  # rounds in which the drafter proposed at least one token
+    drafted: int = 0
+    accepted: int = 0
+    committed: int = 0  # tokens these rounds committed, bonus and corrections included
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    gammas: dict[int, int] = field(default_factory=dict)  # draft length asked for → rounds
+
+    def to_dict(self) -> dict:
+        return {"rounds": self.rounds, "drafting_rounds": self.drafting_rounds, "drafted": self.drafted, "accepted": self.accepted,
+                "committed": self.committed, "draft_seconds": round(self.draft_seconds, 4),
+                "verify_seconds": round(self.verify_seconds, 4),
+                "gammas": {str(g): n for g, n in sorted(self.gammas.items())}}
+
+
+@dataclass
 class GenerationStats:
     drafter: str
     prompt_tokens: int = 0
@@ -21,8 +41,22 @@ class GenerationStats:
     verify_seconds: float = 0.0  # target passes after the prefill, and the acceptance test
     total_seconds: float = 0.0
     finish_reason: str = ""  # "stop" (end of sequence or stop string) or "length"
+    by_drafter: dict[str, RoundTally] = field(default_factory=dict)  # "plain" for rounds that drafted nothing by choice
+    decisions: list[dict] = field(default_factory=list)  # the adaptive policy's choices, when they changed
 
-    def record_round(self, drafted: int, accepted: int) -> None:
+    def record_round(self, drafted: int, accepted: int, *, drafter: str = "plain", gamma: int = 0,
+                     committed: int = 0, draft_seconds: float = 0.0, verify_seconds: float = 0.0) -> None:
+        tally = self.by_drafter.setdefault(drafter, RoundTally())
+        tally.rounds += 1
+        tally.drafting_rounds += drafted > 0
+        tally.drafted += drafted
+        tally.accepted += accepted
+        tally.committed += committed
+        tally.draft_seconds += draft_seconds
+        tally.verify_seconds += verify_seconds
+        tally.gammas[gamma] = tally.gammas.get(gamma, 0) + 1
+        self.draft_seconds += draft_seconds
+        self.verify_seconds += verify_seconds
         self.rounds += 1
         self.target_passes += 1
         self.drafted += drafted
@@ -71,4 +105,6 @@ class GenerationStats:
             "total_seconds": round(self.total_seconds, 4),
             "tokens_per_second": round(self.tokens_per_second, 3),
             "finish_reason": self.finish_reason,
+            "by_drafter": {name: tally.to_dict() for name, tally in self.by_drafter.items()},
+            "decisions": self.decisions,
         }

@@ -7,6 +7,7 @@ the lean runtime, the transformers adapter and transformers itself all load the 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,12 @@ def make_tiny_model(folder: Path, family: str = "llama", vocab_size: int = 64, s
     model.save_pretrained(str(folder), safe_serialization=True)
     write_word_tokenizer(folder, vocab_size)
     return folder
+
+
+@pytest.fixture(scope="session", autouse=True)
+def costs_in_a_temporary_folder(tmp_path_factory):
+    """Cost models measured by tests go to a temporary folder, not the user's cache."""
+    os.environ["SPECDEC_COSTS_DIR"] = str(tmp_path_factory.mktemp("costs"))
 
 
 @pytest.fixture(scope="session")

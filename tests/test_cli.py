@@ -28,7 +28,9 @@ def run(capsys, *argv):
     (["generate", "hi", "--model", "/nonexistent/model.gguf"], "does not exist"),
     (["generate", "hi", "--dtype", "float8"], "unknown dtype"),
     (["generate", "hi", "--runtime", "jax"], "unknown runtime"),
-    (["generate", "hi", "--gamma", "two"], "invalid int value"),
+    (["generate", "hi", "--gamma", "two"], "gamma must be 'auto' or a whole number >= 1, got 'two'"),
+    (["generate", "hi", "--max-gamma", "40"], "max_gamma must be a whole number in [1, 16]"),
+    (["costs", "--max-gamma", "0"], "--max-gamma must be in [1, 16]"),
     (["plan", "--alpha", "1.5", "--c", "0.1"], "alpha"),
     (["plan", "--alpha", "0.5", "--c", "-1"], "c (draft cost"),
 ])
@@ -85,6 +87,32 @@ def test_generate_compare_reports_identical_greedy_output(capsys, tiny_folder):
     assert result["identical"] is True
     assert result["speculative"]["new_tokens"] == result["plain"]["new_tokens"]
     assert "speed-up" in out
+
+
+def test_generate_auto_reports_the_policy_and_predicted_vs_measured(capsys, tiny_folder):
+    code, out, _ = run(capsys, "generate", "t5 t9 t12 t7 t5 t9 t12 t7 t5", "--model", str(tiny_folder), "--raw",
+                       "--drafter", "auto", "--max-new-tokens", "40", "--compare", "--json")
+    assert code == 0
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["identical"] is True
+    assert result["speculative"]["drafter"] == "auto(ngram,suffix)"
+    assert result["speculative"]["decisions"][0]["reason"].startswith(("best predicted", "probe"))
+    for row in result["breakdown"]:
+        assert row["baseline"] == "plain run" and row["predicted_speedup"] > 0 and row["measured_speedup"] > 0
+    assert "predicted" in out and "measured" in out
+
+
+def test_costs_command_measures_then_reads_the_cache(capsys, tiny_folder, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDEC_COSTS_DIR", str(tmp_path))
+    code, out, _ = run(capsys, "costs", "--model", str(tiny_folder), "--drafter", "auto", "--max-gamma", "4")
+    assert code == 0
+    first = json.loads(out.strip().splitlines()[-1])
+    assert sorted(first["pass_seconds"], key=int) == ["1", "2", "3", "4", "5"]
+    assert set(first["draft_costs"]) == {"ngram", "suffix"}
+    code, out, _ = run(capsys, "costs", "--model", str(tiny_folder), "--drafter", "auto", "--max-gamma", "4")
+    assert json.loads(out.strip().splitlines()[-1]) == first  # read back, not measured again
+    code, out, _ = run(capsys, "costs", "--model", str(tiny_folder), "--drafter", "auto", "--max-gamma", "4", "--remeasure")
+    assert json.loads(out.strip().splitlines()[-1])["description"]["model"] == first["description"]["model"]
 
 
 def test_plan_prints_the_seed_formulas(capsys):

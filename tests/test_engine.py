@@ -3,9 +3,11 @@
 Whole-generation distribution test: the target samples with temperature 1 and top-k = 3, so the
 first 4 new tokens have 3^4 = 81 possible values, whose exact probabilities come from the target by
 enumeration (40 forward passes). 3,000 seeded generations of 4 tokens are run with plain sampling,
-prompt lookup, the draft model, early exit and suffix drafting (γ = 3), and each histogram is compared with the exact law
-by a chi-square test at ALPHA = 1e-3 (false-positive rate 0.1% per test). The negative control runs
-the same speculative engines with a verifier that accepts every draft and must fail (p < 1e-3).
+prompt lookup, the draft model, early exit and suffix drafting (γ = 3), and with the adaptive policy
+choosing among all four drafters and γ each round ("auto"), and each histogram is compared with the
+exact law by a chi-square test at ALPHA = 1e-3 (false-positive rate 0.1% per test). The negative
+control runs the same speculative engines with a verifier that accepts every draft and must fail
+(p < 1e-3).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pytest
 import torch
 
 from specdec import engine as engine_module
+from specdec.cost_model import CostModel, DraftCost
 from specdec.drafters import DraftModelDrafter, EarlyExitDrafter, PromptLookupDrafter, SuffixDrafter
 from specdec.engine import ACCEPTED, Engine, GenerationConfig, TextAssembler
 from specdec.errors import SpecdecError
@@ -48,6 +51,18 @@ def drafters(target, draft_model):
     }
 
 
+def synthetic_costs(pool: list, draft_cost: float) -> CostModel:
+    """A fixed cost model (deterministic choices): T(k) = 1 + 0.2 (k − 1); each drafter costs
+    `draft_cost` per token (T(1) = 1)."""
+    return CostModel({k: 1 + 0.2 * (k - 1) for k in range(1, 10)}, {d.name: DraftCost(0.0, draft_cost) for d in pool})
+
+
+def auto_engine(target, draft_model, draft_cost: float = 0.02) -> Engine:
+    """The adaptive policy over all four drafters."""
+    pool = list(drafters(target, draft_model).values())
+    return Engine(target, pool, cost_model=synthetic_costs(pool, draft_cost))
+
+
 @pytest.mark.parametrize("gamma", [1, 3, 6])
 @pytest.mark.parametrize("kind", ["ngram", "draft", "early", "suffix"])
 def test_greedy_speculative_equals_plain(tiny_target, draft_model, kind, gamma):
@@ -60,6 +75,30 @@ def test_greedy_speculative_equals_plain(tiny_target, draft_model, kind, gamma):
     # the run exercised both outcomes: some drafts accepted, some rejected
     assert 0 < spec.stats.accepted < spec.stats.drafted
     assert spec.stats.target_passes < plain.stats.target_passes == 60
+
+
+@pytest.mark.parametrize("kind", ["ngram", "draft", "early", "suffix"])
+def test_greedy_adaptive_gamma_equals_plain(tiny_target, draft_model, kind):
+    config = GenerationConfig(max_new_tokens=60, ignore_eos=True)  # γ = auto
+    drafter = drafters(tiny_target, draft_model)[kind]
+    spec = Engine(tiny_target, drafter, cost_model=synthetic_costs([drafter], 0.02)).generate(PROMPT, config)
+    assert spec.token_ids == Engine(tiny_target).generate(PROMPT, config).token_ids
+    assert spec.stats.drafted > 0 and spec.stats.decisions
+
+
+@pytest.mark.parametrize("draft_cost", [0.02, 0.6])
+def test_greedy_adaptive_drafter_choice_equals_plain(tiny_target, draft_model, draft_cost):
+    """Cheap drafts: the policy switches drafters and γ; dear ones (0.6 of a pass a token): it also
+    falls back to plain rounds and probes. Either way the output is plain decoding's."""
+    config = GenerationConfig(max_new_tokens=120, ignore_eos=True)
+    spec = auto_engine(tiny_target, draft_model, draft_cost).generate(PROMPT, config)
+    assert spec.token_ids == Engine(tiny_target).generate(PROMPT, config).token_ids
+    used = spec.stats.by_drafter
+    assert len([name for name in used if name != "plain"]) >= 2, used
+    if draft_cost < 0.5:
+        assert len({g for name, tally in used.items() if name != "plain" for g in tally.gammas}) >= 2, used
+    else:
+        assert used["plain"].rounds > 0 and any("probe" in d["reason"] for d in spec.stats.decisions)
 
 
 def test_greedy_equality_through_the_transformers_adapter(tiny_folder, draft_model):
@@ -180,13 +219,17 @@ def exact_first_tokens_law(model) -> dict[tuple[int, ...], float]:
     return law
 
 
-def sampled_pvalue(engine: Engine, law: dict) -> float:
+def sampled_pvalue(engine: Engine, law: dict, gamma: int | str = 3, choices: set | None = None) -> float:
+    """p-value of RUNS seeded generations against `law`; `choices` collects each run's policy decisions."""
     counts: dict[tuple[int, ...], int] = {}
     for seed in range(RUNS):
-        config = GenerationConfig(max_new_tokens=NEW_TOKENS, gamma=3, ignore_eos=True,
+        config = GenerationConfig(max_new_tokens=NEW_TOKENS, gamma=gamma, ignore_eos=True,
                                   sampling=SamplingParams(temperature=1.0, top_k=TOP_K, seed=seed))
-        key = tuple(engine.generate(PROMPT, config).token_ids)
+        result = engine.generate(PROMPT, config)
+        key = tuple(result.token_ids)
         counts[key] = counts.get(key, 0) + 1
+        if choices is not None:
+            choices.add(tuple((d["drafter"], d["gamma"]) for d in result.stats.decisions))
     keys = list(law)
     observed = np.array([counts.get(k, 0) for k in keys] + [sum(c for k, c in counts.items() if k not in law)])
     return gof_pvalue(observed, np.array([law[k] for k in keys] + [0.0]))
@@ -203,6 +246,19 @@ def first_tokens_law(tiny_target):
 def test_whole_generations_follow_the_target_distribution(tiny_target, draft_model, first_tokens_law, kind):
     drafter = None if kind == "plain" else drafters(tiny_target, draft_model)[kind]
     assert sampled_pvalue(Engine(tiny_target, drafter), first_tokens_law) > ALPHA
+
+
+def test_whole_generations_with_the_adaptive_policy_follow_the_target_distribution(tiny_target, draft_model,
+                                                                                   first_tokens_law):
+    choices: set = set()
+    assert sampled_pvalue(auto_engine(tiny_target, draft_model), first_tokens_law, "auto", choices) > ALPHA
+    assert len(choices) > 1  # the choices depended on earlier rounds' random outcomes
+
+
+def test_whole_generations_with_the_adaptive_policy_negative_control(tiny_target, draft_model, first_tokens_law,
+                                                                      monkeypatch):
+    monkeypatch.setattr(engine_module, "speculative_sample", accept_everything)
+    assert sampled_pvalue(auto_engine(tiny_target, draft_model), first_tokens_law, "auto") < ALPHA
 
 
 @pytest.mark.parametrize("kind", ["ngram", "draft", "early", "suffix"])

@@ -12,32 +12,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 
-import torch
-
+from specdec.cost_model import measure_pass_costs
 from specdec.errors import SpecdecError
-
-
-def measure_pass_costs(net, context: int, sizes: list[int], repeats: int) -> dict[int, float]:
-    """Median seconds of a pass over `size` new tokens after `context` cached ones, per size."""
-    cache = net.new_cache(context + max(sizes))
-    vocab = net.vocab_size
-    ids = torch.randint(0, vocab, (1, context + max(sizes)), generator=torch.Generator().manual_seed(0))
-    net.forward(ids[:, :context].to(net.device), cache)
-    costs = {}
-    for size in sizes:
-        block = ids[:, context : context + size].to(net.device)
-        times = []
-        for _ in range(repeats + 1):  # the first pass of each size is a warm-up
-            start = time.perf_counter()
-            net.forward(block, cache)[0, -1, 0].item()  # .item() waits for an accelerator
-            times.append(time.perf_counter() - start)
-            cache.truncate(context)
-        costs[size] = statistics.median(times[1:])
-    return costs
 
 
 def main(argv: list[str] | None = None) -> int:

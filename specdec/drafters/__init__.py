@@ -5,7 +5,10 @@
     ngram[:N]       prompt lookup with n-grams of 2 to N tokens (default 4)
     draft:MODEL     a separate draft model (built-in name, folder or .gguf) sharing the target's tokenizer
     early:L         self-speculation: the target's own first L layers, norm and LM head
-    suffix[:PATH]   suffix automata over the request and, optionally, a corpus (file, folder or JSON lines)
+    suffix[:PATH]   suffix automata over the request, this drafter's earlier outputs and, optionally,
+                    a corpus (file, folder or JSON lines)
+    auto[:A,B,...]  the adaptive policy picks among these drafters each round (default: ngram,
+                    suffix and, on the lean runtime, early exit at a quarter of the layers)
 """
 
 from __future__ import annotations
@@ -20,13 +23,28 @@ from specdec.drafters.suffix import SuffixDrafter, read_corpus
 from specdec.errors import ConfigError
 from specdec.runtime.loading import LanguageModel, load_model
 
-DRAFTER_KINDS = ("none", "ngram[:N]", "draft:MODEL", "early:L", "suffix[:PATH]")
+DRAFTER_KINDS = ("none", "ngram[:N]", "draft:MODEL", "early:L", "suffix[:PATH]", "auto[:A,B,...]")
+
+
+def auto_drafter_specs(target: LanguageModel) -> list[str]:
+    """The drafters `auto` chooses among when none are named: those that need no extra weights."""
+    specs = ["ngram", "suffix"]
+    config = getattr(target.net, "config", None)
+    if config is not None and config.num_layers >= 4:  # the lean runtime: early exit is available
+        specs.append(f"early:{config.num_layers // 4}")
+    return specs
 
 
 def build_drafter(
     spec: str, target: LanguageModel, *, device: str = "cpu", dtype: str = "float32", runtime: str = "lean"
-) -> Drafter | None:
+) -> Drafter | list[Drafter] | None:
+    """A drafter from its spec; `auto` gives a list, for the engine's adaptive policy to choose from."""
     kind, _, arg = spec.strip().partition(":")
+    if kind == "auto":
+        specs = [a.strip() for a in arg.split(",")] if arg else auto_drafter_specs(target)
+        if any(not a or a.partition(":")[0] in ("auto", "none") for a in specs):
+            raise ConfigError(f"auto:A,B,... needs drafter specs other than none and auto, got '{arg}'")
+        return [build_drafter(a, target, device=device, dtype=dtype, runtime=runtime) for a in specs]
     if kind == "none" and not arg:
         return None
     if kind == "ngram":
@@ -46,9 +64,9 @@ def build_drafter(
         return EarlyExitDrafter(target, int(arg))
     if kind == "suffix":
         if not arg:
-            return SuffixDrafter()
+            return SuffixDrafter(learn_outputs=True)
         encode = lambda text: target.tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
-        return SuffixDrafter(read_corpus(Path(arg).expanduser(), encode))
+        return SuffixDrafter(read_corpus(Path(arg).expanduser(), encode), learn_outputs=True)
     raise ConfigError(f"unknown drafter '{spec}'; choose one of: {', '.join(DRAFTER_KINDS)}")
 
 

@@ -17,11 +17,10 @@ from specdec.sampling import SamplingParams
 
 
 class DraftModelDrafter:
-    name = "draft"
-
     def __init__(self, draft: LanguageModel, target: LanguageModel) -> None:
         check_same_vocabulary(draft, target)
         self.model = draft
+        self.name = f"draft:{draft.name}"
         self.cache = None
         self.cached_ids: list[int] = []  # the ids whose keys/values are in self.cache, in order
 

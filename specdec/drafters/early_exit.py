@@ -25,8 +25,6 @@ from specdec.sampling import SamplingParams
 
 
 class EarlyExitDrafter:
-    name = "early"
-
     def __init__(self, target: LanguageModel, exit_layer: int) -> None:
         if not isinstance(target.net, LlamaModel):
             raise ConfigError("early-exit drafting needs the lean runtime (--runtime lean)")
@@ -35,6 +33,7 @@ class EarlyExitDrafter:
             raise ConfigError(f"the exit layer must be in [1, {layers - 1}] for this {layers}-layer model, got {exit_layer}")
         self.net = target.net
         self.exit_layer = exit_layer
+        self.name = f"early:{exit_layer}"
         self.cache = None
 
     def begin(self, prompt_ids: list[int], max_len: int, target_cache=None) -> None:

@@ -3,7 +3,8 @@
 Two suffix automata index what has been seen:
 - the *request* automaton: the prompt and every committed token, extended as the text grows;
 - the *corpus* automaton (optional): documents given by the user (a text file, a folder of text
-  files, or JSON-lines with a "text" field) and, if asked, this drafter's own earlier outputs.
+  files, or JSON-lines with a "text" field) and, if asked (`learn_outputs`, on for the `suffix`
+  spec), this drafter's own earlier outputs, up to LEARN_LIMIT tokens of them.
 
 A suffix automaton has at most 2N states for N tokens, recognises every substring, and lets a
 running match (the longest suffix of the context that occurs in the index) advance in amortised
@@ -28,6 +29,8 @@ from specdec.errors import ConfigError, SpecdecError
 from specdec.sampling import SamplingParams
 
 SEPARATOR = -1  # between corpus documents: no match crosses it
+LEARN_LIMIT = 500_000  # tokens of earlier outputs learned at most (about 1 M automaton states)
+RECOUNT_GROWTH = 0.1  # occurrence counts are refreshed when the corpus grew by this share
 
 
 class SuffixAutomaton:
@@ -107,18 +110,19 @@ class SuffixAutomaton:
 
 
 class SuffixDrafter:
-    name = "suffix"
-
     def __init__(self, corpus: list[list[int]] | None = None, min_match: int = 2,
                  learn_outputs: bool = False) -> None:
         if min_match < 1:
             raise ConfigError(f"min_match must be >= 1, got {min_match}")
         self.min_match = min_match
         self.learn_outputs = learn_outputs
+        self.name = "suffix+corpus" if corpus else "suffix"
         self.corpus = SuffixAutomaton()
         for document in corpus or []:
             self._add_document(document)
         self.corpus.count_occurrences()
+        self.counted_states = len(self.corpus.length)
+        self.learned = 0  # tokens of earlier outputs added to the corpus
         self.request = SuffixAutomaton()
         self.corpus_match = (0, 0)
         self.prompt_length = 0
@@ -129,9 +133,14 @@ class SuffixDrafter:
         self.corpus.extend(SEPARATOR)
 
     def begin(self, prompt_ids: list[int], max_len: int, target_cache=None) -> None:
-        if self.learn_outputs and len(self.request.tokens) > self.prompt_length:
-            self._add_document(self.request.tokens[self.prompt_length:])  # the previous request's output
-            self.corpus.count_occurrences()
+        output = self.request.tokens[self.prompt_length:]  # the previous request's output
+        if self.learn_outputs and output and self.learned + len(output) <= LEARN_LIMIT:
+            self._add_document(output)
+            self.learned += len(output)
+            states = len(self.corpus.length)
+            if states > self.counted_states * (1 + RECOUNT_GROWTH):  # newer states count 0 until then
+                self.corpus.count_occurrences()
+                self.counted_states = states
         self.request = SuffixAutomaton()
         self.corpus_match = (0, 0)
         self.prompt_length = len(prompt_ids)

@@ -1,0 +1,211 @@
+"""What a target pass and a draft step cost on this machine, measured once and cached.
+
+    T(k)      seconds of one target pass that scores k new tokens after a few hundred cached ones
+              (k = 1 is a plain decoding step; a round that drafted γ tokens verifies k = γ + 1)
+    D_d(γ)    seconds for drafter d to propose γ tokens, fitted as per_call + per_token · γ
+
+The seed formula charges a verification pass the same as a one-token pass; on a CPU it is not (a
+pass over 8 tokens costs about 2.3 one-token passes on the reference machine), so the policy uses
+the measured curve. Measuring takes a few seconds; the result is cached as JSON under
+`$SPECDEC_COSTS_DIR` (default: `<specdec cache>/costs`), keyed by the machine (CPU or GPU model,
+threads, torch version), the model (its config and weight files), device, dtype and runtime. Draft
+costs are keyed by drafter name and measured the first time a drafter is used.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import platform
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from specdec.runtime.gguf_convert import cache_root
+from specdec.sampling import SamplingParams
+
+COST_CONTEXT = 256  # cached tokens before the timed passes: a typical prompt length
+FORMAT_VERSION = 1
+
+
+@dataclass
+class DraftCost:
+    per_call: float  # seconds spent once per proposal (a lookup's search, a model's catch-up)
+    per_token: float  # seconds per drafted token (one draft-model step)
+
+    def seconds(self, gamma: int) -> float:
+        return self.per_call + self.per_token * gamma if gamma else 0.0
+
+
+@dataclass
+class CostModel:
+    pass_seconds: dict[int, float]  # tokens scored → median seconds of a target pass
+    draft_costs: dict[str, DraftCost] = field(default_factory=dict)
+    key: str = ""
+    description: dict = field(default_factory=dict)  # machine, model, when measured
+
+    def target_pass(self, tokens: int) -> float:
+        """T(tokens) as measured (not smoothed: on a CPU, GEMM kernels make some sizes genuinely
+        cheaper than smaller ones); past the measured sizes, extended linearly."""
+        sizes = sorted(self.pass_seconds)
+        if tokens in self.pass_seconds:
+            return self.pass_seconds[tokens]
+        if tokens < sizes[0]:
+            return self.pass_seconds[sizes[0]]
+        first, last = sizes[0], sizes[-1]
+        if tokens > last:  # extrapolate with the mean growth per token over the measured range
+            growth = (self.pass_seconds[last] - self.pass_seconds[first]) / (last - first) if last > first else 0.0
+            return self.pass_seconds[last] + max(0.0, growth) * (tokens - last)
+        below = max(s for s in sizes if s < tokens)
+        above = min(s for s in sizes if s > tokens)
+        slope = (self.pass_seconds[above] - self.pass_seconds[below]) / (above - below)
+        return self.pass_seconds[below] + slope * (tokens - below)
+
+    def draft_seconds(self, drafter: str, gamma: int) -> float:
+        return self.draft_costs[drafter].seconds(gamma)
+
+    def predicted_speedup(self, drafter: str, gamma: int, expected_tokens: float) -> float:
+        """Speed-up over plain decoding of rounds that draft γ tokens and commit `expected_tokens`."""
+        seconds = self.target_pass(gamma + 1) + self.draft_seconds(drafter, gamma)
+        return expected_tokens * self.target_pass(1) / seconds
+
+    def to_json(self) -> dict:
+        return {
+            "version": FORMAT_VERSION,
+            "key": self.key,
+            "description": self.description,
+            "pass_seconds": {str(k): v for k, v in sorted(self.pass_seconds.items())},
+            "draft_costs": {name: {"per_call": c.per_call, "per_token": c.per_token} for name, c in self.draft_costs.items()},
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> CostModel:
+        return cls(
+            pass_seconds={int(k): float(v) for k, v in data["pass_seconds"].items()},
+            draft_costs={n: DraftCost(float(c["per_call"]), float(c["per_token"])) for n, c in data["draft_costs"].items()},
+            key=data["key"],
+            description=data.get("description", {}),
+        )
+
+
+def costs_dir() -> Path:
+    return Path(os.environ.get("SPECDEC_COSTS_DIR") or cache_root() / "costs")
+
+
+def machine_description(device: torch.device) -> dict:
+    if device.type == "cuda":
+        processor = torch.cuda.get_device_name(device)
+    else:
+        processor = platform.processor() or platform.machine()
+        try:
+            for line in Path("/proc/cpuinfo").read_text().splitlines():
+                if line.startswith("model name"):
+                    processor = line.split(":", 1)[1].strip()
+                    break
+        except OSError:
+            pass
+    return {"processor": processor, "cpus": os.cpu_count(), "threads": torch.get_num_threads(),
+            "torch": torch.__version__, "device": str(device)}
+
+
+def model_description(model) -> dict:
+    """What identifies the model's numbers: its config and the sizes of its weight files."""
+    folder = Path(model.folder)
+    config = folder / "config.json"
+    digest = hashlib.sha256(config.read_bytes() if config.is_file() else b"")
+    for weights in sorted(folder.glob("*.safetensors")):
+        digest.update(f"{weights.name}:{weights.stat().st_size}".encode())
+    net = model.net
+    return {"model": model.name, "config_sha256": digest.hexdigest()[:16], "dtype": str(net.dtype),
+            "runtime": type(net).__name__}
+
+
+def cost_key(model) -> tuple[str, dict]:
+    description = {"machine": machine_description(model.net.device), "model": model_description(model)}
+    key = hashlib.sha256(json.dumps(description, sort_keys=True).encode()).hexdigest()[:20]
+    return key, description
+
+
+def measure_pass_costs(net, context: int, sizes: list[int], repeats: int) -> dict[int, float]:
+    """Median seconds of a pass over `size` new tokens after `context` cached ones, per size."""
+    cache = net.new_cache(context + max(sizes))
+    ids = torch.randint(0, net.vocab_size, (1, context + max(sizes)), generator=torch.Generator().manual_seed(0))
+    net.forward(ids[:, :context].to(net.device), cache)
+    times: dict[int, list[float]] = {size: [] for size in sizes}
+    for _ in range(repeats + 1):  # sizes interleaved, so that machine drift hits all alike
+        for size in sizes:
+            block = ids[:, context : context + size].to(net.device)
+            start = time.perf_counter()
+            net.forward(block, cache)[0, -1, 0].item()  # .item() waits for an accelerator
+            times[size].append(time.perf_counter() - start)
+            cache.truncate(context)
+    return {size: statistics.median(t[1:]) for size, t in times.items()}  # the first sweep is a warm-up
+
+
+def measure_draft_cost(model, drafter, context: int, max_gamma: int, repeats: int) -> DraftCost:
+    """Time `drafter` proposing 1 and `max_gamma` tokens after a repetitive synthetic context.
+
+    The context repeats one random block, so that lookup drafters find matches and propose in
+    full. A drafter that drafts from the target's own layers gets the target's cache, prefilled."""
+    net = model.net
+    block = torch.randint(0, net.vocab_size, (37,), generator=torch.Generator().manual_seed(1)).tolist()
+    tokens = (block * (context // len(block) + 1))[:context]
+    max_len = context + max_gamma + 1
+    cache = net.new_cache(max_len)
+    net.forward(torch.tensor([tokens[:-1]], device=net.device), cache)  # every token but the last
+    drafter.begin(tokens, max_len, cache)
+    greedy = SamplingParams()
+    generator = greedy.generator(net.device)
+
+    def timed(gamma: int) -> float:
+        times = []
+        for _ in range(repeats + 1):  # the first call of each size is a warm-up (and a catch-up)
+            start = time.perf_counter()
+            drafter.propose(tokens, gamma, greedy, generator)
+            times.append(time.perf_counter() - start)
+        return statistics.median(times[1:])
+
+    one, many = timed(1), timed(max_gamma)
+    per_token = max(0.0, (many - one) / (max_gamma - 1)) if max_gamma > 1 else 0.0
+    return DraftCost(per_call=max(0.0, one - per_token), per_token=per_token)
+
+
+def load_or_measure(model, drafters: list, max_gamma: int, *, remeasure: bool = False,
+                    repeats: int = 9, cache: bool = True) -> CostModel:
+    """The cost model for `model` on this machine with these drafters: from the cache, or measured now."""
+    key, description = cost_key(model)
+    path = costs_dir() / f"{key}.json"
+    costs = None
+    if cache and not remeasure and path.is_file():
+        try:
+            data = json.loads(path.read_text())
+            if data.get("version") == FORMAT_VERSION and data.get("key") == key:
+                costs = CostModel.from_json(data)
+        except (OSError, ValueError, KeyError, TypeError):
+            costs = None  # unreadable or from another version: measure again and overwrite
+    changed = False
+    context = min(COST_CONTEXT, model.max_context - max_gamma - 2)
+    if costs is None or max(costs.pass_seconds) < max_gamma + 1:
+        sizes = list(range(1, max_gamma + 2))
+        measured_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        costs = CostModel(measure_pass_costs(model.net, context, sizes, repeats), key=key,
+                          description={**description, "context": context, "measured_at": measured_at})
+        changed = True
+    for drafter in drafters:
+        if drafter.name not in costs.draft_costs:
+            costs.draft_costs[drafter.name] = measure_draft_cost(model, drafter, context, max_gamma, repeats)
+            changed = True
+    if cache and changed:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(costs.to_json(), indent=1))
+            tmp.replace(path)
+        except OSError:
+            pass  # a read-only cache only costs a measurement next time
+    return costs

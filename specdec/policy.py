@@ -1,0 +1,158 @@
+"""Each round's drafter and draft length, chosen from measured costs and the running acceptance.
+
+For drafter d, with α_i its running estimate of P(draft position i accepted | positions < i were):
+
+    E_d(γ) = 1 + Σ_{i=1..γ} Π_{j≤i} α_j                 expected tokens a round commits
+    S_d(γ) = E_d(γ) · T(1) / (T(γ+1) + D_d(γ))          predicted speed-up over plain decoding
+
+T(k) is the measured time of a target pass over k tokens and D_d(γ) the measured time to draft γ
+tokens (`cost_model.py`). With i.i.d. α and T(k) = T(1) this is the seed formula
+(1 − α^(γ+1)) / ((1 − α)(γc + 1)); here the measured cost curve replaces "a pass costs 1" and a
+per-position α replaces the i.i.d. one (acceptance is not independent of position).
+
+The policy picks the (d, γ) with the largest S. When even that is below 1, speculation is predicted
+to lose: it decodes plainly, and comes back later with one probe round (which refreshes α) after a
+cool-down that doubles while probes keep losing (4, 8, ... 64 rounds) and resets once one pays.
+
+α_i is a running, forgetting estimate: each observation of position i counts 1 and older ones are
+discounted by `memory` per observation; a prior (`prior`, weight 1) keeps early estimates sane, and
+a position never drafted yet takes the estimate of the position before it. A drafter passed over
+while another drafts forgets slowly towards its prior (`idle_memory`), so it is tried again when its
+old evidence has faded. None of this touches exactness: every round is verified by the
+same lossless rule whatever γ and drafter were chosen, and the choice depends only on the past.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specdec.cost_model import CostModel
+
+COOLDOWN_FIRST = 4  # plain rounds before the first probe after speculation stopped paying
+COOLDOWN_MAX = 64
+DECISION_LOG_LIMIT = 200
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    drafter: int | None  # index into the engine's drafters; None: a plain round
+    gamma: int  # tokens to draft (0 for a plain round)
+    predicted_speedup: float  # S of this choice (1.0 for a plain round)
+    reason: str
+
+
+class PositionAcceptance:
+    """Running α per draft position, forgetting old evidence."""
+
+    def __init__(self, prior: float = 0.6, memory: float = 0.9, positions: int = 16) -> None:
+        self.prior = prior
+        self.memory = memory
+        self.accepted = [0.0] * positions
+        self.drafted = [0.0] * positions
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        """A round drafted `drafted` tokens and the first `accepted` were accepted. Position i was
+        reached (and is evidence for α_i, a conditional rate) only if every position before it was accepted."""
+        for i in range(min(drafted, accepted + 1, len(self.drafted))):
+            self.accepted[i] = self.accepted[i] * self.memory + (i < accepted)
+            self.drafted[i] = self.drafted[i] * self.memory + 1
+
+    def fade(self, factor: float) -> None:
+        """Discount all evidence (a drafter not used this round drifts back to its prior)."""
+        self.accepted = [a * factor for a in self.accepted]
+        self.drafted = [d * factor for d in self.drafted]
+
+    def alphas(self, gamma: int) -> list[float]:
+        """[α_1 .. α_γ]: each position's estimate, shrunk towards the position before (the first: the prior)."""
+        out, previous = [], self.prior
+        for i in range(gamma):
+            a, d = (self.accepted[i], self.drafted[i]) if i < len(self.drafted) else (0.0, 0.0)
+            previous = (a + previous) / (d + 1)
+            out.append(previous)
+        return out
+
+    def expected_tokens(self, gamma: int) -> float:
+        """E(γ) = 1 + Σ_i Π_{j≤i} α_j."""
+        total, survive = 1.0, 1.0
+        for alpha in self.alphas(gamma):
+            survive *= alpha
+            total += survive
+        return total
+
+
+class FixedPolicy:
+    """γ fixed by hand, one drafter: every round drafts `gamma` tokens."""
+
+    def __init__(self, gamma: int) -> None:
+        self.plan = RoundPlan(0, gamma, float("nan"), f"γ = {gamma} fixed by hand")
+        self.decisions: list[dict] = []
+
+    def choose(self) -> RoundPlan:
+        return self.plan
+
+    def observe(self, plan: RoundPlan, drafted: int, accepted: int) -> None:
+        pass
+
+
+class AdaptivePolicy:
+    """Chooses the drafter and γ each round to maximise predicted speed-up; falls back to plain."""
+
+    def __init__(self, costs: CostModel, drafter_names: list[str], max_gamma: int = 8,
+                 fixed_gamma: int | None = None, prior: float = 0.6, memory: float = 0.9,
+                 idle_memory: float = 0.98) -> None:
+        self.costs = costs
+        self.names = drafter_names
+        self.gammas = [fixed_gamma] if fixed_gamma else list(range(1, max_gamma + 1))
+        self.may_fall_back = fixed_gamma is None  # a γ fixed by hand is kept, even when it loses
+        self.acceptance = [PositionAcceptance(prior, memory, positions=max(self.gammas)) for _ in drafter_names]
+        self.idle_memory = idle_memory
+        self.cooldown = COOLDOWN_FIRST
+        self.plain_streak = None  # plain rounds since the last drafting round; None: none drafted yet
+        self.rounds = 0
+        self.decisions: list[dict] = []  # the choices, logged when they change
+
+    def predictions(self) -> list[tuple[float, int, int]]:
+        """(S, drafter index, γ) for every candidate."""
+        out = []
+        for index, name in enumerate(self.names):
+            acceptance = self.acceptance[index]
+            for gamma in self.gammas:
+                speedup = self.costs.predicted_speedup(name, gamma, acceptance.expected_tokens(gamma))
+                out.append((speedup, index, gamma))
+        return out
+
+    def choose(self) -> RoundPlan:
+        self.rounds += 1
+        speedup, index, gamma = max(self.predictions(), key=lambda x: (x[0], -x[2]))
+        alphas = ", ".join(f"{a:.2f}" for a in self.acceptance[index].alphas(gamma))
+        why = f"{self.names[index]} γ={gamma}: predicted {speedup:.2f}× (α {alphas})"
+        if speedup >= 1 or not self.may_fall_back:
+            self.cooldown = COOLDOWN_FIRST
+            plan = RoundPlan(index, gamma, speedup, f"best predicted: {why}")
+        elif self.plain_streak is None or self.plain_streak >= self.cooldown:
+            if self.plain_streak is not None:
+                self.cooldown = min(2 * self.cooldown, COOLDOWN_MAX)
+            plan = RoundPlan(index, gamma, speedup, f"probe after plain rounds: {why}")
+        else:
+            plan = RoundPlan(None, 0, 1.0, f"plain: the best, {why}, is below 1×; probe again in "
+                                           f"{self.cooldown - self.plain_streak} rounds")
+        self.plain_streak = 0 if plan.drafter is not None else self.plain_streak + 1
+        self._log(plan)
+        return plan
+
+    def observe(self, plan: RoundPlan, drafted: int, accepted: int) -> None:
+        if plan.drafter is None:
+            return  # a plain round: no evidence, and nothing fades (coming back is the probes' job)
+        for index, acceptance in enumerate(self.acceptance):
+            if index == plan.drafter:
+                acceptance.observe(drafted, accepted)
+            else:
+                acceptance.fade(self.idle_memory)
+
+    def _log(self, plan: RoundPlan) -> None:
+        last = self.decisions[-1] if self.decisions else None
+        choice = (self.names[plan.drafter] if plan.drafter is not None else "plain", plan.gamma)
+        if last and (last["drafter"], last["gamma"]) == choice or len(self.decisions) >= DECISION_LOG_LIMIT:
+            return
+        self.decisions.append({"round": self.rounds, "drafter": choice[0], "gamma": plan.gamma,
+                               "predicted_speedup": round(plan.predicted_speedup, 3), "reason": plan.reason})

@@ -1,0 +1,94 @@
+"""The cost model: measured on a tiny model, cached per machine and model, read back; the breakdown's arithmetic."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specdec import cost_model
+from specdec.analysis import drafter_breakdown
+from specdec.cost_model import CostModel, DraftCost, load_or_measure
+from specdec.drafters import EarlyExitDrafter, PromptLookupDrafter, build_drafter
+from specdec.errors import ConfigError
+from specdec.stats import GenerationStats
+from specdec.theory import expected_tokens_per_pass
+
+
+@pytest.fixture
+def costs_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDEC_COSTS_DIR", str(tmp_path))
+    return tmp_path
+
+
+def test_measured_once_then_read_from_the_cache(tiny_target, costs_dir, monkeypatch):
+    lookup, early = PromptLookupDrafter(), EarlyExitDrafter(tiny_target, 1)
+    first = load_or_measure(tiny_target, [lookup], max_gamma=4, repeats=2)
+    assert sorted(first.pass_seconds) == [1, 2, 3, 4, 5] and all(t > 0 for t in first.pass_seconds.values())
+    files = list(costs_dir.glob("*.json"))
+    assert len(files) == 1 and json.loads(files[0].read_text())["key"] == first.key
+
+    def no_measuring(*args, **kwargs):
+        raise AssertionError("measured again")
+
+    monkeypatch.setattr(cost_model, "measure_pass_costs", no_measuring)
+    again = load_or_measure(tiny_target, [lookup], max_gamma=4)
+    assert again.pass_seconds == first.pass_seconds
+    # a new drafter is measured and added; the pass costs stay as cached
+    with_early = load_or_measure(tiny_target, [lookup, early], max_gamma=4, repeats=2)
+    assert with_early.draft_costs["early:1"].per_token > 0
+    assert with_early.pass_seconds == first.pass_seconds
+    # the draft of the early-exit drafter costs a share of a pass; a lookup costs (almost) nothing per token
+    assert with_early.draft_costs["ngram"].per_token < with_early.draft_costs["early:1"].per_token
+
+
+def test_a_corrupt_cache_file_is_measured_again(tiny_target, costs_dir):
+    first = load_or_measure(tiny_target, [], max_gamma=2, repeats=1)
+    path = costs_dir / f"{first.key}.json"
+    path.write_text("{not json")
+    again = load_or_measure(tiny_target, [], max_gamma=2, repeats=1)
+    assert json.loads(path.read_text())["key"] == again.key
+
+
+def test_the_key_depends_on_the_model(tiny_target, tiny_draft_folder):
+    from specdec.runtime import load_model
+
+    other = load_model(str(tiny_draft_folder))
+    assert cost_model.cost_key(tiny_target)[0] != cost_model.cost_key(other)[0]
+
+
+def test_pass_cost_interpolation_and_extrapolation():
+    costs = CostModel({1: 1.0, 2: 1.5, 4: 2.0, 5: 1.8})
+    assert costs.target_pass(3) == pytest.approx(1.75)
+    assert costs.target_pass(5) == 1.8  # measured values are kept as measured, even a dip
+    assert costs.target_pass(7) == pytest.approx(1.8 + 0.2 * 2)  # mean growth per token over 1..5, ≥ 0
+    assert CostModel({1: 2.0, 2: 1.0}).target_pass(4) == 1.0  # never extrapolated downwards
+
+
+def test_breakdown_arithmetic_on_hand_made_stats():
+    stats = GenerationStats(drafter="ngram")
+    # 10 rounds: 6 drafted 3 tokens (accepting 2, 2, 1, 0, 3, 3 → 11), 4 drafted none
+    for accepted in (2, 2, 1, 0, 3, 3):
+        stats.record_round(3, accepted, drafter="ngram", gamma=4, committed=accepted + 1,
+                           draft_seconds=0.001, verify_seconds=0.1)
+    for _ in range(4):
+        stats.record_round(0, 0, drafter="ngram", gamma=4, committed=1, draft_seconds=0.001, verify_seconds=0.05)
+    costs = CostModel({k: 0.05 * (1 + 0.5 * (k - 1)) for k in range(1, 10)}, {"ngram": DraftCost(0.0, 0.005)})
+    [row] = drafter_breakdown(stats, costs, plain_tokens_per_second=20.0)
+    alpha, f, c, v = 11 / 18, 0.6, 0.1, 2.5
+    assert row["gamma"] == 3 and row["drafting_share"] == f and row["alpha"] == pytest.approx(alpha, abs=1e-4)
+    assert row["c"] == pytest.approx(c) and row["verify_cost"] == pytest.approx(v)
+    cost = f * (3 * c + v) + (1 - f)
+    assert row["predicted_speedup"] == pytest.approx((f * expected_tokens_per_pass(alpha, 3) + 1 - f) / cost, abs=1e-3)
+    assert row["costed_speedup"] == pytest.approx((f * (1 + 11 / 6) + 1 - f) / cost, abs=1e-3)
+    assert row["measured_speedup"] == pytest.approx(21 / (10 * 0.001 + 0.6 + 0.2) / 20, abs=1e-3)
+    assert row["baseline"] == "plain run"
+
+
+def test_auto_drafter_specs(tiny_target):
+    pool = build_drafter("auto", tiny_target)
+    assert [d.name for d in pool] == ["ngram", "suffix"]  # the tiny model has 2 layers: no early exit
+    assert [d.name for d in build_drafter("auto:ngram:3, early:1", tiny_target)] == ["ngram:2-3", "early:1"]
+    for bad in ("auto:ngram,none", "auto:ngram,", "auto:auto"):
+        with pytest.raises(ConfigError, match="auto"):
+            build_drafter(bad, tiny_target)
