@@ -12,7 +12,8 @@ per-position α replaces the i.i.d. one (acceptance is not independent of positi
 
 The policy picks the (d, γ) with the largest S. When even that is below 1, speculation is predicted
 to lose: it decodes plainly, and comes back later with one probe round (which refreshes α) after a
-cool-down that doubles while probes keep losing (4, 8, ... 64 rounds) and resets once one pays.
+cool-down that doubles while probes keep losing (8, 16, ... 128 rounds) and resets once one pays.
+A drafter that even the prior predicts to lose (a costly one) is first probed after 8 plain rounds.
 
 α_i is a running, forgetting estimate: each observation of position i counts 1 and older ones are
 discounted by `memory` per observation; a prior (`prior`, weight 1) keeps early estimates sane, and
@@ -28,8 +29,8 @@ from dataclasses import dataclass
 
 from specdec.cost_model import CostModel
 
-COOLDOWN_FIRST = 4  # plain rounds before the first probe after speculation stopped paying
-COOLDOWN_MAX = 64
+COOLDOWN_FIRST = 8  # plain rounds before the first probe after speculation stopped paying
+COOLDOWN_MAX = 128
 DECISION_LOG_LIMIT = 200
 
 
@@ -107,7 +108,7 @@ class AdaptivePolicy:
         self.acceptance = [PositionAcceptance(prior, memory, positions=max(self.gammas)) for _ in drafter_names]
         self.idle_memory = idle_memory
         self.cooldown = COOLDOWN_FIRST
-        self.plain_streak = None  # plain rounds since the last drafting round; None: none drafted yet
+        self.plain_streak = 0  # plain rounds since the last drafting round
         self.rounds = 0
         self.decisions: list[dict] = []  # the choices, logged when they change
 
@@ -129,10 +130,9 @@ class AdaptivePolicy:
         if speedup >= 1 or not self.may_fall_back:
             self.cooldown = COOLDOWN_FIRST
             plan = RoundPlan(index, gamma, speedup, f"best predicted: {why}")
-        elif self.plain_streak is None or self.plain_streak >= self.cooldown:
-            if self.plain_streak is not None:
-                self.cooldown = min(2 * self.cooldown, COOLDOWN_MAX)
-            plan = RoundPlan(index, gamma, speedup, f"probe after plain rounds: {why}")
+        elif self.plain_streak >= self.cooldown:
+            self.cooldown = min(2 * self.cooldown, COOLDOWN_MAX)
+            plan = RoundPlan(index, gamma, speedup, f"probe after {self.plain_streak} plain rounds: {why}")
         else:
             plan = RoundPlan(None, 0, 1.0, f"plain: the best, {why}, is below 1×; probe again in "
                                            f"{self.cooldown - self.plain_streak} rounds")

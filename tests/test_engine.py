@@ -94,8 +94,8 @@ def test_greedy_adaptive_drafter_choice_equals_plain(tiny_target, draft_model, d
     spec = auto_engine(tiny_target, draft_model, draft_cost).generate(PROMPT, config)
     assert spec.token_ids == Engine(tiny_target).generate(PROMPT, config).token_ids
     used = spec.stats.by_drafter
-    assert len([name for name in used if name != "plain"]) >= 2, used
     if draft_cost < 0.5:
+        assert len([name for name in used if name != "plain"]) >= 2, used
         assert len({g for name, tally in used.items() if name != "plain" for g in tally.gammas}) >= 2, used
     else:
         assert used["plain"].rounds > 0 and any("probe" in d["reason"] for d in spec.stats.decisions)
