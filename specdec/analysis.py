@@ -39,30 +39,52 @@ def plain_rate(stats: GenerationStats, costs: CostModel, measured: float | None 
     return 1 / costs.target_pass(1), "cost model T(1)"
 
 
+def _tally_model(name: str, tally, costs: CostModel) -> dict:
+    """The seed formula's inputs and outputs for one drafter's rounds (per round, in one-token passes)."""
+    one_pass = costs.target_pass(1)
+    gamma = max(1, round(tally.drafted / tally.drafting_rounds))
+    share = tally.drafting_rounds / tally.rounds
+    alpha = tally.accepted / tally.drafted
+    c = costs.draft_seconds(name, gamma) / gamma / one_pass if name in costs.draft_costs else 0.0
+    verify = costs.target_pass(gamma + 1) / one_pass
+    return {
+        "gamma": gamma, "share": share, "alpha": alpha, "c": c, "verify": verify,
+        "cost": share * (gamma * c + verify) + (1 - share),
+        "predicted_tokens": share * expected_tokens_per_pass(alpha, gamma) + (1 - share),
+        "costed_tokens": share * (1 + tally.accepted / tally.drafting_rounds) + (1 - share),
+    }
+
+
+def predicted_speedup(stats: GenerationStats, costs: CostModel) -> float | None:
+    """The seed formula for a whole run (or merged runs): every drafter's rounds as in the
+    breakdown, plain rounds at one token per one-token pass; the prefill left out. None if nothing drafted."""
+    tokens = cost = 0.0
+    for name, tally in stats.by_drafter.items():
+        if name != "plain" and tally.drafting_rounds:
+            model = _tally_model(name, tally, costs)
+            tokens += tally.rounds * model["predicted_tokens"]
+            cost += tally.rounds * model["cost"]
+        else:
+            tokens += tally.rounds
+            cost += tally.rounds
+    return tokens / cost if stats.drafted and cost else None
+
+
 def drafter_breakdown(stats: GenerationStats, costs: CostModel,
                       plain_tokens_per_second: float | None = None) -> list[dict]:
     rate, baseline = plain_rate(stats, costs, plain_tokens_per_second)
-    one_pass = costs.target_pass(1)
     rows = []
     for name, tally in stats.by_drafter.items():
-        if name == "plain" or tally.rounds == 0:
+        if name == "plain" or not tally.drafting_rounds:
             continue
-        if not tally.drafting_rounds:
-            continue
-        gamma = max(1, round(tally.drafted / tally.drafting_rounds))
-        share = tally.drafting_rounds / tally.rounds
-        alpha = tally.accepted / tally.drafted
-        c = costs.draft_seconds(name, gamma) / gamma / one_pass if name in costs.draft_costs else 0.0
-        verify = costs.target_pass(gamma + 1) / one_pass
-        cost = share * (gamma * c + verify) + (1 - share)  # per round, in one-token passes
-        predicted = (share * expected_tokens_per_pass(alpha, gamma) + (1 - share)) / cost
-        costed = (share * (1 + tally.accepted / tally.drafting_rounds) + (1 - share)) / cost
+        m = _tally_model(name, tally, costs)
         seconds = tally.draft_seconds + tally.verify_seconds
         rows.append({
-            "drafter": name, "rounds": tally.rounds, "drafting_share": round(share, 3), "gamma": gamma,
-            "alpha": round(alpha, 4), "c": round(c, 4), "verify_cost": round(verify, 3),
+            "drafter": name, "rounds": tally.rounds, "drafting_share": round(m["share"], 3), "gamma": m["gamma"],
+            "alpha": round(m["alpha"], 4), "c": round(m["c"], 4), "verify_cost": round(m["verify"], 3),
             "tokens_per_round": round(tally.committed / tally.rounds, 3),
-            "predicted_speedup": round(predicted, 3), "costed_speedup": round(costed, 3),
+            "predicted_speedup": round(m["predicted_tokens"] / m["cost"], 3),
+            "costed_speedup": round(m["costed_tokens"] / m["cost"], 3),
             "measured_speedup": round(tally.committed / seconds / rate, 3) if seconds else None,
             "baseline": baseline,
         })

@@ -1,4 +1,4 @@
-"""Command line: `specdec generate | chat | plan | costs`.
+"""Command line: `specdec generate | chat | plan | costs | bench`.
 
 A thin layer: it parses arguments into the library's config objects, calls the library, and renders.
 Errors the user can fix are printed as one line and exit with status 2 (bad arguments) or 1 (the
@@ -81,6 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
     costs = sub.add_parser("costs", help="show (measuring if needed) this machine's cost model for a model and drafter")
     _target_args(costs)
     costs.add_argument("--remeasure", action="store_true", help="measure again, replacing the cached numbers")
+
+    from specdec.bench.command import add_arguments
+
+    bench = sub.add_parser("bench", help="measure speed-ups on your prompts against transformers, with a report and plots")
+    add_arguments(bench)
     return parser
 
 
@@ -304,7 +309,13 @@ def cmd_costs(args, console) -> int:
     return 0
 
 
-COMMANDS = {"generate": cmd_generate, "chat": cmd_chat, "plan": cmd_plan, "costs": cmd_costs}
+def cmd_bench(args, console) -> int:
+    from specdec.bench.command import run
+
+    return run(args, console)
+
+
+COMMANDS = {"generate": cmd_generate, "chat": cmd_chat, "plan": cmd_plan, "costs": cmd_costs, "bench": cmd_bench}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -314,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     errors = Console(stderr=True, soft_wrap=True)
     try:
         args = build_parser().parse_args(argv)
+        args.argv = list(sys.argv[1:] if argv is None else argv)
         return COMMANDS[args.command](args, console)
     except UsageError as err:
         errors.print(f"specdec: error: {err}  (see specdec --help)", markup=False, highlight=False)

@@ -40,9 +40,7 @@ CORRECTED = "corrected"  # the target's replacement for the first rejected draft
 BONUS = "bonus"  # the target's extra token after all drafts were accepted
 
 PLAIN_ROUND = RoundPlan(None, 0, 1.0, "no drafter")
-
-
-AUTO = "auto"
+AUTO = "auto"  # GenerationConfig.gamma: chosen each round by the adaptive policy
 
 
 @dataclass(frozen=True)
@@ -244,7 +242,7 @@ class Engine:
             pieces = []
 
         while not done:
-            # 1. draft
+            # 0. choose, 1. draft
             t0 = time.perf_counter()
             plan = policy.choose() if policy else PLAIN_ROUND
             drafter = self.drafters[plan.drafter] if plan.drafter is not None else None
@@ -253,6 +251,9 @@ class Engine:
             draft = drafter.propose(tokens, budget, params, generator) if drafter and budget > 0 else Draft([])
             if drafter:
                 self._check_draft(drafter, draft, budget, cache.length == committed_len)
+                keep = policy.trim(plan, draft)  # a free drafter's proposal: verify only what pays
+                if keep < len(draft):
+                    draft = draft.prefix(keep)
             t1 = time.perf_counter()
             # 2. verify: one pass over the last committed token and the drafts
             block = torch.tensor([[tokens[-1], *draft.tokens]], device=device)  # [1, k+1]
@@ -273,7 +274,7 @@ class Engine:
             t2 = time.perf_counter()
             # 5. record
             if policy:
-                policy.observe(plan, len(draft), n)
+                policy.observe(plan, len(draft), n, draft.match_length)
             stats.record_round(len(draft), n, drafter=drafter.name if drafter else "plain", gamma=plan.gamma,
                                committed=len(new_pieces), draft_seconds=t1 - t0, verify_seconds=t2 - t1)
             pieces += new_pieces

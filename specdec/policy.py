@@ -15,6 +15,15 @@ to lose: it decodes plainly, and comes back later with one probe round (which re
 cool-down that doubles while probes keep losing (8, 16, ... 128 rounds) and resets once one pays.
 A drafter that even the prior predicts to lose (a costly one) is first probed after 8 plain rounds.
 
+Lookup drafters (n-gram, suffix) cost nothing to ask (a "free" drafter: its longest draft costs
+under 2% of a one-token pass), and what they propose comes with the length of the match behind it,
+which says a lot about whether it will be accepted. So a free drafter is asked for up to max_gamma
+tokens every round, also while speculation is predicted to lose, and `trim` keeps the k tokens
+(possibly none: a plain round) with the best S computed from the acceptance seen after matches of
+the same length (a running estimate per match length, with the same prior). Each proposal trimmed
+to nothing fades that estimate's evidence by `memory`, so a match length given up on is retried
+after some twenty proposals.
+
 α_i is a running, forgetting estimate: each observation of position i counts 1 and older ones are
 discounted by `memory` per observation; a prior (`prior`, weight 1) keeps early estimates sane, and
 a position never drafted yet takes the estimate of the position before it. A drafter passed over
@@ -31,6 +40,8 @@ from specdec.cost_model import CostModel
 
 COOLDOWN_FIRST = 8  # plain rounds before the first probe after speculation stopped paying
 COOLDOWN_MAX = 128
+FREE_SHARE = 0.02  # a drafter whose longest draft costs at most this share of a one-token pass is "free"
+MATCH_BUCKETS = 6  # free drafters' acceptance is kept apart by match length 0, 1, ... 6 (6 = 6 or more)
 DECISION_LOG_LIMIT = 200
 
 
@@ -63,19 +74,20 @@ class PositionAcceptance:
         self.accepted = [a * factor for a in self.accepted]
         self.drafted = [d * factor for d in self.drafted]
 
-    def alphas(self, gamma: int) -> list[float]:
-        """[α_1 .. α_γ]: each position's estimate, shrunk towards the position before (the first: the prior)."""
+    def alphas(self, gamma: int, priors: list[float] | None = None) -> list[float]:
+        """[α_1 .. α_γ]: each position's estimate, shrunk towards its prior: `priors[i]` when given,
+        else the estimate of the position before (the first: the prior)."""
         out, previous = [], self.prior
         for i in range(gamma):
             a, d = (self.accepted[i], self.drafted[i]) if i < len(self.drafted) else (0.0, 0.0)
-            previous = (a + previous) / (d + 1)
+            previous = (a + (priors[i] if priors else previous)) / (d + 1)
             out.append(previous)
         return out
 
-    def expected_tokens(self, gamma: int) -> float:
+    def expected_tokens(self, gamma: int, priors: list[float] | None = None) -> float:
         """E(γ) = 1 + Σ_i Π_{j≤i} α_j."""
         total, survive = 1.0, 1.0
-        for alpha in self.alphas(gamma):
+        for alpha in self.alphas(gamma, priors):
             survive *= alpha
             total += survive
         return total
@@ -91,7 +103,10 @@ class FixedPolicy:
     def choose(self) -> RoundPlan:
         return self.plan
 
-    def observe(self, plan: RoundPlan, drafted: int, accepted: int) -> None:
+    def trim(self, plan: RoundPlan, draft) -> int:
+        return len(draft)
+
+    def observe(self, plan: RoundPlan, drafted: int, accepted: int, match_length: int = 0) -> None:
         pass
 
 
@@ -106,9 +121,13 @@ class AdaptivePolicy:
         self.gammas = [fixed_gamma] if fixed_gamma else list(range(1, max_gamma + 1))
         self.may_fall_back = fixed_gamma is None  # a γ fixed by hand is kept, even when it loses
         self.acceptance = [PositionAcceptance(prior, memory, positions=max(self.gammas)) for _ in drafter_names]
+        self.by_match = [dict() for _ in drafter_names]  # free drafters: match-length bucket → PositionAcceptance
+        one_pass = costs.target_pass(1)
+        self.free = [costs.draft_seconds(name, max(self.gammas)) <= FREE_SHARE * one_pass for name in drafter_names]
+        self.prior, self.memory = prior, memory
         self.idle_memory = idle_memory
         self.cooldown = COOLDOWN_FIRST
-        self.plain_streak = 0  # plain rounds since the last drafting round
+        self.plain_streak = 0  # rounds since speculation was last predicted to pay, or probed
         self.rounds = 0
         self.decisions: list[dict] = []  # the choices, logged when they change
 
@@ -124,28 +143,70 @@ class AdaptivePolicy:
 
     def choose(self) -> RoundPlan:
         self.rounds += 1
-        speedup, index, gamma = max(self.predictions(), key=lambda x: (x[0], -x[2]))
-        alphas = ", ".join(f"{a:.2f}" for a in self.acceptance[index].alphas(gamma))
-        why = f"{self.names[index]} γ={gamma}: predicted {speedup:.2f}× (α {alphas})"
+        predictions = self.predictions()
+        speedup, index, gamma = max(predictions, key=lambda x: (x[0], -x[2]))
+        why = self._why(speedup, index, gamma)
+        free = [p for p in predictions if self.free[p[1]]]
         if speedup >= 1 or not self.may_fall_back:
             self.cooldown = COOLDOWN_FIRST
-            plan = RoundPlan(index, gamma, speedup, f"best predicted: {why}")
-        elif self.plain_streak >= self.cooldown:
+            self.plain_streak = 0
+            plan = RoundPlan(index, self._ask(index, gamma), speedup, f"best predicted: {why}")
+        elif self.plain_streak >= self.cooldown and not self.free[index]:
             self.cooldown = min(2 * self.cooldown, COOLDOWN_MAX)
-            plan = RoundPlan(index, gamma, speedup, f"probe after {self.plain_streak} plain rounds: {why}")
+            plan = RoundPlan(index, gamma, speedup, f"probe after {self.plain_streak} rounds: {why}")
+            self.plain_streak = 0
+        elif free:
+            self.plain_streak += 1
+            speedup, index, gamma = max(free, key=lambda x: (x[0], -x[2]))
+            plan = RoundPlan(index, self._ask(index, gamma), speedup,
+                             f"below 1× ({why}); asking {self.names[index]}, which costs nothing, and verifying its "
+                             "proposal only if the acceptance after matches of its length predicts a gain")
         else:
+            self.plain_streak += 1
             plan = RoundPlan(None, 0, 1.0, f"plain: the best, {why}, is below 1×; probe again in "
-                                           f"{self.cooldown - self.plain_streak} rounds")
-        self.plain_streak = 0 if plan.drafter is not None else self.plain_streak + 1
+                                           f"{self.cooldown - self.plain_streak + 1} rounds")
         self._log(plan)
         return plan
 
-    def observe(self, plan: RoundPlan, drafted: int, accepted: int) -> None:
+    def _ask(self, index: int, gamma: int) -> int:
+        """A drafter that costs nothing is asked for all it has; `trim` then keeps what pays."""
+        return max(self.gammas) if self.free[index] and self.may_fall_back else gamma
+
+    def _why(self, speedup: float, index: int, gamma: int) -> str:
+        alphas = ", ".join(f"{a:.2f}" for a in self.acceptance[index].alphas(gamma))
+        return f"{self.names[index]} γ={gamma}: predicted {speedup:.2f}× (α {alphas})"
+
+    def _bucket(self, index: int, match_length: int) -> PositionAcceptance:
+        key = min(match_length, MATCH_BUCKETS)
+        if key not in self.by_match[index]:
+            self.by_match[index][key] = PositionAcceptance(self.prior, self.memory, positions=max(self.gammas))
+        return self.by_match[index][key]
+
+    def trim(self, plan: RoundPlan, draft) -> int:
+        """How many of a free drafter's proposed tokens to verify: the k in 0..len(draft) with the
+        best predicted speed-up, from the acceptance seen after matches as long as this one's. 0
+        makes it a plain round. Other drafters' proposals are kept whole."""
+        if plan.drafter is None or not self.free[plan.drafter] or not self.may_fall_back or not len(draft):
+            return len(draft)
+        name = self.names[plan.drafter]
+        bucket = self._bucket(plan.drafter, draft.match_length)
+        best_k, best = 0, 1.0
+        for k in range(1, len(draft) + 1):
+            speedup = self.costs.predicted_speedup(name, k, bucket.expected_tokens(k))
+            if speedup > best:
+                best_k, best = k, speedup
+        return best_k
+
+    def observe(self, plan: RoundPlan, drafted: int, accepted: int, match_length: int = 0) -> None:
         if plan.drafter is None:
             return  # a plain round: no evidence, and nothing fades (coming back is the probes' job)
         for index, acceptance in enumerate(self.acceptance):
             if index == plan.drafter:
                 acceptance.observe(drafted, accepted)
+                if self.free[index] and drafted:
+                    self._bucket(index, match_length).observe(drafted, accepted)
+                elif self.free[index] and match_length:  # a proposal trimmed to nothing: its evidence
+                    self._bucket(index, match_length).fade(self.memory)  # fades, so it is tried again later
             else:
                 acceptance.fade(self.idle_memory)
 

@@ -68,6 +68,28 @@ class GenerationStats:
             self.drafted_per_position[i] += 1
             self.accepted_per_position[i] += i < accepted
 
+    @classmethod
+    def merge(cls, runs: list[GenerationStats]) -> GenerationStats:
+        """Several runs' statistics as one (counts and times summed; rates follow), e.g. a benchmark's."""
+        total = cls(drafter=runs[0].drafter if runs else "none")
+        for run in runs:
+            for name in ("prompt_tokens", "new_tokens", "target_passes", "rounds", "drafted", "accepted",
+                         "prefill_seconds", "draft_seconds", "verify_seconds", "total_seconds"):
+                setattr(total, name, getattr(total, name) + getattr(run, name))
+            for i, (d, a) in enumerate(zip(run.drafted_per_position, run.accepted_per_position)):
+                if i == len(total.drafted_per_position):
+                    total.drafted_per_position.append(0)
+                    total.accepted_per_position.append(0)
+                total.drafted_per_position[i] += d
+                total.accepted_per_position[i] += a
+            for name, tally in run.by_drafter.items():
+                into = total.by_drafter.setdefault(name, RoundTally())
+                for key in ("rounds", "drafting_rounds", "drafted", "accepted", "committed", "draft_seconds", "verify_seconds"):
+                    setattr(into, key, getattr(into, key) + getattr(tally, key))
+                for gamma, n in tally.gammas.items():
+                    into.gammas[gamma] = into.gammas.get(gamma, 0) + n
+        return total
+
     @property
     def mean_accepted_tokens(self) -> float:
         """MAT: new tokens per target pass, the bonus token included (plain decoding = 1.00)."""

@@ -7,6 +7,7 @@ import random
 import pytest
 
 from specdec.cost_model import CostModel, DraftCost
+from specdec.drafters.base import Draft
 from specdec.policy import COOLDOWN_FIRST, COOLDOWN_MAX, AdaptivePolicy, PositionAcceptance
 from specdec.theory import best_gamma, expected_tokens_per_pass
 
@@ -17,17 +18,19 @@ def costs(verify_growth: float = 0.0, **per_token: float) -> CostModel:
                      {name: DraftCost(0.0, c) for name, c in per_token.items()})
 
 
-def run(policy: AdaptivePolicy, rates: dict[str, float], rounds: int, seed: int = 0) -> list:
-    """Simulate rounds: each drafted token is accepted with its drafter's rate (i.i.d.)."""
+def run(policy: AdaptivePolicy, rates: dict[str, float], rounds: int, seed: int = 0, match_length: int = 2) -> list:
+    """Simulate rounds: the drafter proposes plan.gamma tokens, the policy trims them, and each kept
+    token is accepted with the drafter's rate (i.i.d.). Returns (plan, tokens verified) per round."""
     rng = random.Random(seed)
     plans = []
     for _ in range(rounds):
         plan = policy.choose()
-        accepted = 0
+        kept = accepted = 0
         if plan.drafter is not None:
-            while accepted < plan.gamma and rng.random() < rates[policy.names[plan.drafter]]:
+            kept = policy.trim(plan, Draft([0] * plan.gamma, match_length=match_length))
+            while accepted < kept and rng.random() < rates[policy.names[plan.drafter]]:
                 accepted += 1
-        policy.observe(plan, plan.gamma, accepted)
+        policy.observe(plan, kept, accepted, match_length)
         plans.append(plan)
     return plans
 
@@ -56,11 +59,14 @@ def test_with_iid_acceptance_it_picks_the_seed_formulas_best_gamma(alpha, c, gro
     """Before any evidence, α = prior for every position: the policy's choice must be the formula's."""
     policy = AdaptivePolicy(costs(growth, d=c), ["d"], max_gamma=8, prior=alpha)
     plan = policy.choose()
-    # with T(γ+1) = 1 + growth·γ = (γc + 1 + growth·γ) − γc, the formula's verify cost is 1 + growth·γ
+    # with T(γ+1) = 1 + growth·γ, the formula's verify cost is 1 + growth·γ
     candidates = [(g, expected_tokens_per_pass(alpha, g) / (g * c + 1 + growth * g)) for g in range(1, 9)]
     expected = max(candidates, key=lambda x: x[1])
-    assert (plan.drafter, plan.gamma) == (0, expected[0])
-    assert plan.predicted_speedup == pytest.approx(expected[1])
+    assert plan.drafter == 0 and plan.predicted_speedup == pytest.approx(expected[1])
+    if c == 0:  # a free drafter is asked for 8 tokens, then trimmed to the best length
+        assert plan.gamma == 8 and policy.trim(plan, Draft([0] * 8)) == expected[0]
+    else:
+        assert plan.gamma == expected[0]
     if growth == 0:
         assert best_gamma(alpha, c, 8) == (expected[0], pytest.approx(expected[1]))
 
@@ -95,6 +101,39 @@ def test_it_comes_back_when_the_drafter_starts_paying():
     assert sum(p.drafter is None for p in losing[-50:]) > 40  # fell back while the drafter lost
     plans = run(policy, {"d": 1.0}, rounds=500, seed=1)
     assert all(p.drafter == 0 and p.predicted_speedup > 1 for p in plans[-50:])  # probes paid; it came back
+
+
+def test_a_free_drafter_keeps_what_matches_of_its_length_predict():
+    """Lookups cost nothing to ask: long matches are accepted (α 0.9), short ones not (α 0.05); the
+    policy learns to verify long-match proposals in full and short-match ones not at all."""
+    policy = AdaptivePolicy(costs(0.4, d=0.0), ["d"], max_gamma=8)  # verifying a token costs 0.4 of a pass
+    rng = random.Random(0)
+    kept = {4: [], 2: []}
+    for round_number in range(400):
+        match, rate = (4, 0.9) if round_number % 2 else (2, 0.05)
+        plan = policy.choose()
+        assert plan.drafter == 0 and plan.gamma == 8  # always asked
+        k = policy.trim(plan, Draft([0] * 8, match_length=match))
+        accepted = 0
+        while accepted < k and rng.random() < rate:
+            accepted += 1
+        policy.observe(plan, k, accepted, match)
+        kept[match].append(k)
+    late_long, late_short = kept[4][-100:], kept[2][-100:]
+    def true_speedup(k):  # with the true α = 0.9 and T(k + 1) = 1 + 0.4 k
+        return expected_tokens_per_pass(0.9, k) / (1 + 0.4 * k)
+
+    best = max(true_speedup(k) for k in range(1, 9))
+    assert min(late_long) >= 1 and sum(map(true_speedup, late_long)) / 100 >= 0.95 * best  # long matches: near the best k
+    assert sum(k > 0 for k in late_short) <= 15  # short ones: verified only now and then, to check again
+    assert max(late_short) <= 2
+
+
+def test_a_free_drafter_is_asked_even_while_speculation_loses():
+    policy = AdaptivePolicy(costs(0.3, d=0.0), ["d"], max_gamma=8)
+    plans = run(policy, {"d": 0.0}, rounds=100)
+    assert all(p.drafter == 0 for p in plans)  # never a plain round by choice: asking costs nothing
+    assert policy.trim(plans[-1], Draft([0] * 8, match_length=2)) == 0  # but nothing is verified
 
 
 def test_auto_picks_the_drafter_that_is_accepted_more():

@@ -24,9 +24,14 @@ from specdec.sampling import SamplingParams, logits_to_probs, sample
 class Draft:
     tokens: list[int]  # [k] proposed ids, k <= max_tokens (k = 0: nothing to propose this round)
     q: torch.Tensor | None = None  # [k, V] float32 draft probabilities; None = point mass
+    match_length: int = 0  # lookup drafters: how many context tokens the match behind the proposal covers
 
     def __len__(self) -> int:
         return len(self.tokens)
+
+    def prefix(self, k: int) -> Draft:
+        """The first k tokens (any prefix of a proposal is itself a valid proposal)."""
+        return Draft(self.tokens[:k], None if self.q is None else self.q[:k], self.match_length)
 
 
 class Drafter(Protocol):

@@ -34,13 +34,14 @@ class PromptLookupDrafter:
     def propose(
         self, tokens: list[int], max_tokens: int, params: SamplingParams, generator: torch.Generator
     ) -> Draft:
-        return Draft(lookup(tokens, max_tokens, self.max_ngram, self.min_ngram))
+        proposal, n = lookup(tokens, max_tokens, self.max_ngram, self.min_ngram)
+        return Draft(proposal, match_length=n)
 
 
-def lookup(tokens: list[int], max_tokens: int, max_ngram: int, min_ngram: int) -> list[int]:
-    """Continuation of the most recent earlier match of the longest matching suffix n-gram."""
+def lookup(tokens: list[int], max_tokens: int, max_ngram: int, min_ngram: int) -> tuple[list[int], int]:
+    """(continuation of the most recent earlier match of the longest matching suffix n-gram, n)."""
     if max_tokens <= 0:
-        return []
+        return [], 0
     context = torch.tensor(tokens)  # [N]
     length = context.numel()
     for n in range(min(max_ngram, length - 1), min_ngram - 1, -1):
@@ -48,5 +49,5 @@ def lookup(tokens: list[int], max_tokens: int, max_ngram: int, min_ngram: int) -
         hits = (windows == context[length - n :]).all(dim=1).nonzero().squeeze(1)  # [M] start positions
         if hits.numel():
             start = int(hits[-1]) + n
-            return tokens[start : start + max_tokens]
-    return []
+            return tokens[start : start + max_tokens], n
+    return [], 0

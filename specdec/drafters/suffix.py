@@ -169,9 +169,9 @@ class SuffixDrafter:
         request_end, request_len = self._request_match()
         corpus_state, corpus_len = self.corpus_match
         if request_len >= max(corpus_len, self.min_match):
-            return Draft(self.request.tokens[request_end + 1 : request_end + 1 + max_tokens])
+            return Draft(self.request.tokens[request_end + 1 : request_end + 1 + max_tokens], match_length=request_len)
         if corpus_len >= self.min_match:
-            return Draft(self.corpus.most_frequent_path(corpus_state, max_tokens))
+            return Draft(self.corpus.most_frequent_path(corpus_state, max_tokens), match_length=corpus_len)
         return Draft([])
 
     def candidates(self, tokens: list[int], max_tokens: int, count: int) -> list[list[int]]:

@@ -1,0 +1,164 @@
+"""`specdec bench`: will speculative decoding be faster on my prompts, on my machine, and by how much?
+
+    specdec bench --prompts ../shared/workloads/spec_bench_dev.jsonl --per-category 5 --drafter ngram
+    specdec bench --prompts prompts.txt --drafter ngram --drafter suffix --gamma 1,2,4,8,auto --temperature 0,1
+    specdec bench --prompts humaneval --per-category 20 --drafter draft:MODEL --assistant MODEL
+
+Methods, side by side in one process (see runner.py for the interleaving):
+    hf-generate   transformers `generate` on the same weights
+    hf-lookup     transformers assisted generation with prompt lookup
+    hf-assisted   transformers assisted generation with `--assistant MODEL` (when given)
+    plain         this project's plain decoding
+    SPEC [γ=G]    this project with each `--drafter` at each `--gamma`
+Writes to `--out-dir`: report.md, results.jsonl and three PNG plots; prints a table, then one
+JSON summary as the last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from specdec.errors import SpecdecError
+
+DEFAULT_OUT = Path("bench-out")
+
+
+def gamma_list(text: str) -> list:
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if part != "auto" and not (part.isdigit() and int(part) >= 1):
+            raise argparse.ArgumentTypeError(f"each gamma must be a whole number >= 1 or auto, got '{part}'")
+        out.append(part if part == "auto" else int(part))
+    return out
+
+
+def temperature_list(text: str) -> list[float]:
+    try:
+        values = [float(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated temperatures, got '{text}'") from None
+    if any(not 0 <= v <= 100 for v in values):
+        raise argparse.ArgumentTypeError("temperatures must be in [0, 100]")
+    return values
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="smollm2-135m", help="built-in name, Hugging Face folder or .gguf file")
+    p.add_argument("--prompts", required=True, help="a Spec-Bench .jsonl file, a text file (one prompt a line), or humaneval")
+    p.add_argument("--drafter", action="append", default=None, help="a drafter spec (repeatable; default: ngram)")
+    p.add_argument("--gamma", type=gamma_list, default=["auto"], help="comma-separated γ: numbers and/or auto (default: auto)")
+    p.add_argument("--temperature", type=temperature_list, default=[0.0], help="comma-separated; 0 = greedy (default: 0)")
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--per-category", type=int, default=None, help="prompts per category (default: all)")
+    p.add_argument("--category", action="append", default=None, help="only these categories or sub-categories (repeatable)")
+    p.add_argument("--repeats", type=int, default=1, help="runs per prompt and method; the median is kept (default: 1)")
+    p.add_argument("--ask-twice", action="store_true",
+                   help="send each prompt twice in a row, as a repeated request (what a drafter that learns from its outputs is for)")
+    p.add_argument("--assistant", default=None, help="a draft model for transformers' assisted generation (hf-assisted)")
+    p.add_argument("--no-transformers", action="store_true", help="leave out the transformers baselines")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--out-dir", type=Path, default=DEFAULT_OUT, help=f"where the report goes (default: {DEFAULT_OUT})")
+
+
+def _check(args) -> None:
+    if args.max_new_tokens < 1:
+        raise SpecdecError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    if args.repeats < 1:
+        raise SpecdecError(f"--repeats must be >= 1, got {args.repeats}")
+    if args.per_category is not None and args.per_category < 1:
+        raise SpecdecError(f"--per-category must be >= 1, got {args.per_category}")
+
+
+def build_methods(args, target, console) -> dict[float, list]:
+    from specdec.bench.methods import SpecdecMethod, TransformersMethod, load_transformers_model
+    from specdec.drafters import build_drafter
+    from specdec.engine import Engine
+    from specdec.runtime import load_model
+
+    ours = [SpecdecMethod("plain", Engine(target), 1)]
+    for spec in args.drafter or ["ngram"]:
+        for gamma in args.gamma:
+            name = spec if len(args.gamma) == 1 else f"{spec} γ={gamma}"
+            engine = Engine(target, build_drafter(spec, target, device=args.device))
+            ours.append(SpecdecMethod(name, engine, gamma))
+    with console.status("reading the cost model (measuring it on this machine the first time)"):
+        for method in ours:
+            if method.engine.drafters:
+                method.engine.costs(method.max_gamma)
+    theirs = []
+    if not args.no_transformers:
+        with console.status("loading the transformers baselines"):
+            model = load_transformers_model(target.folder, args.device)
+            lookup = next((g for g in args.gamma if g != "auto"), 4)
+            theirs = [TransformersMethod("hf-generate", model, target.eos_token_ids),
+                      TransformersMethod("hf-lookup", model, target.eos_token_ids, lookup_tokens=lookup)]
+            if args.assistant:
+                assistant = load_model(args.assistant, device=args.device)
+                theirs.append(TransformersMethod("hf-assisted", model, target.eos_token_ids,
+                                                 assistant=load_transformers_model(assistant.folder, args.device)))
+    return {t: theirs + ours for t in args.temperature}
+
+
+def run(args, console) -> int:
+    from rich.progress import Progress
+
+    from specdec.bench.metrics import summarize
+    from specdec.bench.prompts import load_prompts
+    from specdec.bench.report import write_report
+    from specdec.bench.runner import run_bench
+    from specdec.cost_model import machine_description
+    from specdec.runtime import load_model
+
+    _check(args)
+    cases = load_prompts(args.prompts, args.per_category, args.category)
+    if args.ask_twice:
+        cases = [c for case in cases for c in (case, replace(case, id=f"{case.id} (again)"))]
+    with console.status(f"loading {args.model}"):
+        target = load_model(args.model, device=args.device)
+    methods_at = build_methods(args, target, console)
+    total = len(cases) * args.repeats * sum(len(m) for m in methods_at.values())
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task(f"{len(cases)} prompts × {len(methods_at)} temperatures", total=total)
+        rows = run_bench(cases, methods_at, target.tokenizer, args.max_new_tokens, args.repeats, target.net.device,
+                         progress=lambda: progress.advance(task))
+    costs = {m.name: m.engine.cost_model for ms in methods_at.values() for m in ms if getattr(m, "engine", None)}
+    summary = summarize(rows, costs)
+    header = {
+        "command": "specdec " + " ".join(getattr(args, "argv", ["bench"])),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": ", ".join(f"{k} {v}" for k, v in machine_description(target.net.device).items()),
+        "model": f"{target.name} ({target.net.dtype})",
+        "prompts": f"{args.prompts}: {len(cases)}",
+        "settings": f"max_new_tokens {args.max_new_tokens}, repeats {args.repeats}, temperatures {args.temperature}",
+    }
+    files = write_report(rows, summary, header, args.out_dir)
+    _print_table(summary, console)
+    console.print("wrote " + ", ".join(str(f) for f in files))
+    print(json.dumps({"out_dir": str(args.out_dir), "summary": summary}))
+    return 0
+
+
+def _print_table(summary: dict, console) -> None:
+    from rich.table import Table
+
+    for temperature, result in summary.items():
+        table = Table(title=f"{result['prompts']} prompts, " + ("greedy" if temperature == "0" else f"T = {temperature}"))
+        has_hf = "hf-generate" in result["methods"]
+        cols = ["method", "tokens/s"] + (["× hf"] if has_hf else []) + ["× plain", "predicted", "MAT", "α"]
+        for col in cols:
+            table.add_column(col, justify="right")
+        for name, m in result["methods"].items():
+            cells = [name, f"{m['tokens_per_second']['median']:.2f}"]
+            if has_hf:
+                cells.append(f"{m['speedup_vs_hf_generate']:.2f}")
+            predicted = m.get("predicted_speedup")
+            cells += [f"{m['speedup_vs_plain']:.2f}", f"{predicted:.2f}" if predicted is not None else "-",
+                      f"{m['mean_accepted_tokens']:.2f}" if "mean_accepted_tokens" in m else "-",
+                      f"{m['acceptance_rate']:.2f}" if "acceptance_rate" in m else "-"]
+            table.add_row(*cells)
+        console.print(table)

@@ -1,0 +1,81 @@
+"""The methods `specdec bench` compares: this project's engines and transformers' own generate.
+
+Every method turns prompt ids into new token ids under the same sampling settings; the runner
+times it. Transformers methods run the very same float32 weights (the folder the model was loaded
+or converted from), so differences are the decoding code's, not the model's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from specdec.engine import Engine, GenerationConfig
+from specdec.sampling import SamplingParams
+from specdec.stats import GenerationStats
+
+
+@dataclass
+class Output:
+    token_ids: list[int]
+    stats: GenerationStats | None = None  # this project's methods only
+
+
+@dataclass
+class SpecdecMethod:
+    name: str
+    engine: Engine
+    gamma: int | str
+    max_gamma: int = 8
+    kind: str = field(default="specdec", init=False)
+
+    def generate(self, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingParams) -> Output:
+        config = GenerationConfig(max_new_tokens=max_new_tokens, gamma=self.gamma, max_gamma=self.max_gamma,
+                                  sampling=sampling)
+        result = self.engine.generate(prompt_ids, config)
+        return Output(result.token_ids, result.stats)
+
+
+class TransformersMethod:
+    """transformers `generate`: plain, or assisted by prompt lookup or by an assistant model."""
+
+    kind = "transformers"
+
+    def __init__(self, name: str, model, eos_token_ids: list[int], lookup_tokens: int = 0, assistant=None) -> None:
+        self.name = name
+        self.model = model
+        self.eos = eos_token_ids
+        self.extra = {}
+        if lookup_tokens:
+            self.extra["prompt_lookup_num_tokens"] = lookup_tokens
+        if assistant is not None:
+            self.extra["assistant_model"] = assistant
+
+    def generate(self, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingParams) -> Output:
+        if sampling.greedy:
+            options = {"do_sample": False}
+        else:
+            torch.manual_seed(sampling.seed if sampling.seed is not None else 0)  # transformers draws from the global RNG
+            options = {"do_sample": True, "temperature": sampling.temperature, "top_k": sampling.top_k or None,
+                       "top_p": sampling.top_p}
+        device = self.model.device
+        with torch.inference_mode():
+            out = self.model.generate(
+                torch.tensor([prompt_ids], device=device),
+                attention_mask=torch.ones(1, len(prompt_ids), dtype=torch.long, device=device),
+                max_new_tokens=max_new_tokens, eos_token_id=self.eos, pad_token_id=self.eos[0],
+                **options, **self.extra,
+            )
+        return Output(out[0, len(prompt_ids):].tolist())  # the end-of-sequence token kept, as our engine does
+
+
+def load_transformers_model(folder, device: str = "cpu"):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).to(device).eval()
+
+
+def weights_bytes(module) -> int:
+    """Bytes held by a module's parameters and buffers (packed linears keep theirs in buffers)."""
+    return sum(t.numel() * t.element_size() for t in [*module.parameters(), *module.buffers()])

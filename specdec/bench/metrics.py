@@ -1,0 +1,108 @@
+"""Numbers from benchmark rows: rates, speed-ups, MAT, acceptance, time shares, identity, predictions.
+
+Definitions (Spec-Bench's where it has one):
+    tokens per second   per prompt: the median over repeats of new tokens / generation seconds;
+                        per method: the median over prompts, with the 25th and 75th percentiles
+    speed-up over X     the mean over prompts of (method's tokens per second / X's), X = this
+                        project's plain decoding or transformers' generate
+    MAT                 new tokens / target passes over all prompts, turns and repeats (prefill included)
+    α per position      accepted / drafted at each draft position, pooled (share of rounds that
+                        drafted position i and kept it)
+    time shares         draft / verify / prefill seconds over total generation seconds
+    identical           greedy runs: prompts whose new tokens equal plain decoding's; for the
+                        others, the first differing position
+    predicted           `analysis.predicted_speedup` on the merged statistics and the cost model
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from specdec.analysis import predicted_speedup
+from specdec.bench.runner import median_rate
+from specdec.stats import GenerationStats
+
+PLAIN = "plain"
+HF_GENERATE = "hf-generate"
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    """Index of the first position where two token lists differ (None when equal)."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    if len(values) == 1:
+        return values[0], values[0], values[0]
+    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, q2, q3
+
+
+def mean_ratio(rows: list[dict], method: str, baseline: str) -> float:
+    return statistics.mean(median_rate(r["runs"][method]) / median_rate(r["runs"][baseline]) for r in rows)
+
+
+def method_summary(rows: list[dict], name: str, costs=None) -> dict:
+    rates = [median_rate(r["runs"][name]) for r in rows]
+    q1, median, q3 = quartiles(rates)
+    out = {"tokens_per_second": {"median": round(median, 3), "p25": round(q1, 3), "p75": round(q3, 3)},
+           "speedup_vs_plain": round(mean_ratio(rows, name, PLAIN), 4)}
+    if HF_GENERATE in rows[0]["runs"]:
+        out["speedup_vs_hf_generate"] = round(mean_ratio(rows, name, HF_GENERATE), 4)
+    stats = [r["runs"][name].stats for r in rows if r["runs"][name].stats is not None]
+    if stats:
+        merged = GenerationStats.merge(stats)
+        total = merged.total_seconds or 1.0
+        out.update({
+            "mean_accepted_tokens": round(merged.mean_accepted_tokens, 4),
+            "acceptance_rate": round(merged.acceptance_rate, 4),
+            "acceptance_per_position": [round(a, 4) for a in merged.acceptance_per_position],
+            "draft_share": round(merged.draft_seconds / total, 4),
+            "verify_share": round(merged.verify_seconds / total, 4),
+            "prefill_share": round(merged.prefill_seconds / total, 4),
+        })
+        if costs is not None:
+            predicted = predicted_speedup(merged, costs)
+            out["predicted_speedup"] = round(predicted, 4) if predicted is not None else None
+    peaks = [r["runs"][name].peak_memory_bytes for r in rows if r["runs"][name].peak_memory_bytes is not None]
+    if peaks:
+        out["peak_memory_mb"] = round(max(peaks) / 2**20, 1)
+    if rows[0]["temperature"] == 0:
+        differences = [(r["case"].id, first_difference(r["runs"][name].token_ids, r["runs"][PLAIN].token_ids)) for r in rows]
+        mismatched = [(case, pos) for case, pos in differences if pos is not None]
+        out["identical"] = len(rows) - len(mismatched)
+        out["first_differences"] = [{"prompt": case, "position": pos} for case, pos in mismatched[:10]]
+    return out
+
+
+def summarize(rows: list[dict], costs_by_method: dict | None = None) -> dict:
+    """Per temperature: each method overall and per category."""
+    costs_by_method = costs_by_method or {}
+    out = {}
+    for temperature in sorted({r["temperature"] for r in rows}):
+        at = [r for r in rows if r["temperature"] == temperature]
+        names = list(at[0]["runs"])
+        categories = sorted({r["case"].category for r in at})
+        by_category = {}
+        for category in categories:
+            subset = [r for r in at if r["case"].category == category]
+            by_category[category] = {"prompts": len(subset), "methods": {}}
+            for name in names:
+                entry = {"speedup_vs_plain": round(mean_ratio(subset, name, PLAIN), 4)}
+                if HF_GENERATE in names:
+                    entry["speedup_vs_hf_generate"] = round(mean_ratio(subset, name, HF_GENERATE), 4)
+                stats = [r["runs"][name].stats for r in subset if r["runs"][name].stats is not None]
+                if stats:
+                    merged = GenerationStats.merge(stats)
+                    entry["mean_accepted_tokens"] = round(merged.mean_accepted_tokens, 4)
+                    entry["acceptance_rate"] = round(merged.acceptance_rate, 4)
+                by_category[category]["methods"][name] = entry
+        out[f"{temperature:g}"] = {
+            "prompts": len(at),
+            "methods": {name: method_summary(at, name, costs_by_method.get(name)) for name in names},
+            "by_category": by_category,
+        }
+    return out

@@ -1,0 +1,205 @@
+"""What `specdec bench` writes: a terminal table, a Markdown report, PNG plots, raw JSON lines.
+
+The report states plainly where a measured number falls below a target set by an issue:
+    our plain decoding ≥ 1.3× transformers' generate                           (issue 2)
+    each drafter's auto γ within 5% of its best fixed γ, never < 0.95× plain   (issue 3)
+    EAGLE tree MAT ≥ 3.0                                                       (issue 4)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from specdec.bench.metrics import HF_GENERATE, PLAIN
+
+PLAIN_OVER_HF_TARGET = 1.3
+AUTO_WITHIN = 0.95
+EAGLE_MAT_TARGET = 3.0
+
+
+def raw_rows(rows: list[dict]) -> list[dict]:
+    """Rows as JSON-ready dicts: per prompt, temperature and method, every repeat's numbers."""
+    out = []
+    for row in rows:
+        case = row["case"]
+        out.append({
+            "id": case.id, "category": case.category, "subcategory": case.subcategory, "turns": len(case.turns),
+            "temperature": row["temperature"],
+            "methods": {name: {"tokens_per_second": [round(r, 3) for r in run.rates],
+                               "seconds": [round(s, 4) for s in run.seconds], "new_tokens": run.new_tokens,
+                               "stats": run.stats.to_dict() if run.stats else None,
+                               "peak_memory_bytes": run.peak_memory_bytes}
+                        for name, run in row["runs"].items()},
+        })
+    return out
+
+
+def target_notes(summary: dict) -> list[str]:
+    """One line per target checked: met or missed, with the numbers."""
+    notes = []
+    for temperature, result in summary.items():
+        methods = result["methods"]
+        if temperature == "0" and HF_GENERATE in methods:
+            ratio = methods[PLAIN]["speedup_vs_hf_generate"]
+            verdict = "met" if ratio >= PLAIN_OVER_HF_TARGET else "MISSED"
+            notes.append(f"T={temperature}: our plain decoding is {ratio:.2f}× transformers' generate "
+                         f"(target ≥ {PLAIN_OVER_HF_TARGET}×): {verdict}")
+        for name in methods:
+            if name.endswith(" γ=auto"):
+                spec = name[: -len(" γ=auto")]
+                fixed = [n for n in methods if n.startswith(spec + " γ=") and n != name]
+                for category, entry in result["by_category"].items():
+                    auto = entry["methods"][name]["speedup_vs_plain"]
+                    if fixed:
+                        best_name = max(fixed, key=lambda n: entry["methods"][n]["speedup_vs_plain"])
+                        best = entry["methods"][best_name]["speedup_vs_plain"]
+                        if auto < AUTO_WITHIN * best:
+                            notes.append(f"T={temperature}, {category}: {name} is {auto:.2f}× plain, below 95% of "
+                                         f"{best_name} ({best:.2f}×): MISSED")
+                    if auto < AUTO_WITHIN:
+                        notes.append(f"T={temperature}, {category}: {name} is {auto:.2f}× plain, more than 5% "
+                                     "slower than plain decoding: MISSED")
+            if name.startswith("eagle") and "mean_accepted_tokens" in methods[name]:
+                mat = methods[name]["mean_accepted_tokens"]
+                verdict = "met" if mat >= EAGLE_MAT_TARGET else "MISSED"
+                notes.append(f"T={temperature}: {name} MAT {mat:.2f} (target ≥ {EAGLE_MAT_TARGET}): {verdict}")
+    return notes
+
+
+def _fmt(value, spec: str = ".2f", suffix: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+def markdown(summary: dict, header: dict) -> str:
+    lines = ["# specdec bench report", ""]
+    lines += [f"- {key}: {value}" for key, value in header.items()]
+    lines.append("")
+    for temperature, result in summary.items():
+        mode = "greedy" if temperature == "0" else f"temperature {temperature}"
+        methods = result["methods"]
+        has_hf = HF_GENERATE in methods
+        lines += [f"## {mode} ({result['prompts']} prompts)", ""]
+        cols = ["method", "tokens/s median [p25, p75]"] + (["× hf-generate"] if has_hf else []) + \
+               ["× plain", "predicted × plain", "MAT", "α", "draft / verify share", "peak memory"] + \
+               (["identical to plain"] if temperature == "0" else [])
+        lines += ["| " + " | ".join(cols) + " |", "| --- " + "| ---: " * (len(cols) - 1) + "|"]
+        for name, m in methods.items():
+            tps = m["tokens_per_second"]
+            cells = [name, f"{tps['median']:.2f} [{tps['p25']:.2f}, {tps['p75']:.2f}]"]
+            if has_hf:
+                cells.append(_fmt(m.get("speedup_vs_hf_generate")))
+            cells += [_fmt(m["speedup_vs_plain"]), _fmt(m.get("predicted_speedup")), _fmt(m.get("mean_accepted_tokens")),
+                      _fmt(m.get("acceptance_rate")),
+                      f"{m['draft_share']:.2f} / {m['verify_share']:.2f}" if "draft_share" in m else "-",
+                      _fmt(m.get("peak_memory_mb"), ".0f", " MB")]
+            if temperature == "0":
+                cells.append(f"{m['identical']}/{result['prompts']}")
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+        categories = list(result["by_category"])
+        lines += [f"### {mode}: speed-up over plain decoding by category (MAT)", "",
+                  "| method | " + " | ".join(f"{c} ({result['by_category'][c]['prompts']})" for c in categories) + " |",
+                  "| --- " + "| ---: " * len(categories) + "|"]
+        for name in methods:
+            cells = []
+            for c in categories:
+                entry = result["by_category"][c]["methods"][name]
+                mat = f" ({entry['mean_accepted_tokens']:.2f})" if "mean_accepted_tokens" in entry else ""
+                cells.append(f"{entry['speedup_vs_plain']:.2f}{mat}")
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append("")
+        positions = max((len(m.get("acceptance_per_position", [])) for m in methods.values()), default=0)
+        if positions:
+            lines += [f"### {mode}: acceptance by draft position", "",
+                      "| method | " + " | ".join(str(i + 1) for i in range(positions)) + " |",
+                      "| --- " + "| ---: " * positions + "|"]
+            for name, m in methods.items():
+                per = m.get("acceptance_per_position") or []
+                if per:
+                    lines.append(f"| {name} | " + " | ".join(f"{a:.2f}" for a in per) + " |" + " - |" * (positions - len(per)))
+            lines.append("")
+        mismatches = {n: m["first_differences"] for n, m in methods.items() if m.get("first_differences")}
+        for name, diffs in mismatches.items():
+            where = ", ".join(f"prompt {d['prompt']} at token {d['position']}" for d in diffs)
+            lines.append(f"**{name} differs from plain decoding**: {where}")
+        if mismatches:
+            lines.append("")
+    notes = target_notes(summary)
+    lines += ["## Targets", ""] + [f"- {n}" for n in notes or ["no targets apply to the methods run"]]
+    lines += ["", "Plots: `speedup_by_category.png`, `acceptance_by_position.png`, `predicted_vs_measured.png`.",
+              "Raw per-prompt numbers: `results.jsonl`.", ""]
+    return "\n".join(lines)
+
+
+def plots(summary: dict, out_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    temperatures = list(summary)
+    # 1. speed-up over plain by category and method
+    fig, axes = plt.subplots(len(temperatures), 1, figsize=(10, 3.6 * len(temperatures)), squeeze=False)
+    for ax, temperature in zip(axes[:, 0], temperatures):
+        result = summary[temperature]
+        categories = list(result["by_category"])
+        names = [n for n in result["methods"] if n != PLAIN]
+        width = 0.8 / max(len(names), 1)
+        for i, name in enumerate(names):
+            values = [result["by_category"][c]["methods"][name]["speedup_vs_plain"] for c in categories]
+            ax.bar([x + i * width for x in range(len(categories))], values, width, label=name)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xticks([x + width * (len(names) - 1) / 2 for x in range(len(categories))], categories, fontsize=8)
+        ax.set_ylabel("× plain decoding")
+        ax.set_title("greedy" if temperature == "0" else f"temperature {temperature}")
+        ax.legend(fontsize=7, ncol=3)
+    fig.tight_layout()
+    written.append(_save(fig, out_dir / "speedup_by_category.png"))
+    # 2. acceptance by draft position
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for temperature in temperatures:
+        for name, m in summary[temperature]["methods"].items():
+            per = m.get("acceptance_per_position") or []
+            if per:
+                ax.plot(range(1, len(per) + 1), per, marker="o", label=f"{name} (T={temperature})")
+    ax.set_xlabel("draft position")
+    ax.set_ylabel("accepted / drafted")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    written.append(_save(fig, out_dir / "acceptance_by_position.png"))
+    # 3. measured against predicted speed-up
+    fig, ax = plt.subplots(figsize=(5, 5))
+    points = [(m["predicted_speedup"], m["speedup_vs_plain"], f"{n} (T={t})")
+              for t in temperatures for n, m in summary[t]["methods"].items() if m.get("predicted_speedup") is not None]
+    for predicted, measured, label in points:
+        ax.scatter(predicted, measured)
+        ax.annotate(label, (predicted, measured), fontsize=6)
+    if points:
+        low = min(min(p, m) for p, m, _ in points) * 0.9
+        high = max(max(p, m) for p, m, _ in points) * 1.1
+        ax.plot([low, high], [low, high], color="gray", linewidth=0.8)
+    ax.set_xlabel("predicted × plain (seed formula, measured α, γ, costs)")
+    ax.set_ylabel("measured × plain")
+    fig.tight_layout()
+    written.append(_save(fig, out_dir / "predicted_vs_measured.png"))
+    return written
+
+
+def _save(fig, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_report(rows: list[dict], summary: dict, header: dict, out_dir: Path) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results = out_dir / "results.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in raw_rows(rows)))
+    report = out_dir / "report.md"
+    report.write_text(markdown(summary, header))
+    return [report, results, *plots(summary, out_dir)]

@@ -1,0 +1,164 @@
+"""`specdec bench`: prompt formats, the metric arithmetic on hand-made results, the report and plots of a tiny run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specdec.bench.metrics import first_difference, summarize
+from specdec.bench.prompts import PromptCase, load_prompts
+from specdec.bench.report import target_notes
+from specdec.bench.runner import MethodRun
+from specdec.cli import main
+from specdec.errors import SpecdecError
+from specdec.stats import GenerationStats
+
+
+def spec_bench_file(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_spec_bench_prompts_group_mt_bench_and_take_turns(tmp_path):
+    records = [{"question_id": i, "category": c, "turns": [f"q{i}", f"q{i} again"]}
+               for i, c in enumerate(["writing", "writing", "coding", "qa", "qa", "qa"])]
+    path = spec_bench_file(tmp_path / "p.jsonl", records)
+    cases = load_prompts(str(path))
+    assert [(c.category, c.subcategory) for c in cases][:3] == [("mt_bench", "writing"), ("mt_bench", "writing"),
+                                                                ("mt_bench", "coding")]
+    assert cases[0].turns == ("q0", "q0 again")
+    # two per category: MT-bench round-robin over its sub-categories (one writing, one coding)
+    assert [c.id for c in load_prompts(str(path), per_category=2)] == ["0", "2", "3", "4"]
+    assert [c.id for c in load_prompts(str(path), categories=["coding"])] == ["2"]
+    assert load_prompts(str(path), max_turns=1)[0].turns == ("q0",)
+    with pytest.raises(SpecdecError, match=r"no prompts of categories \['rag'\]"):
+        load_prompts(str(path), categories=["rag"])
+
+
+@pytest.mark.parametrize("line,ok", [('{"category": "qa", "turns": ["hi"]}', True), ('{"category": "qa"}', False),
+                                     ('{"category": "qa", "turns": []}', False), ("not json", False),
+                                     ('{"category": "qa", "turns": [3]}', False)])
+def test_spec_bench_records_are_checked(tmp_path, line, ok):
+    path = tmp_path / "p.jsonl"
+    path.write_text(line + "\n")
+    if ok:
+        assert load_prompts(str(path))[0].turns == ("hi",)
+    else:
+        with pytest.raises(SpecdecError, match="p.jsonl:1 is not a Spec-Bench record"):
+            load_prompts(str(path))
+
+
+def test_text_and_humaneval_prompts(tmp_path):
+    path = tmp_path / "p.txt"
+    path.write_text("first prompt\n\n  second prompt  \n")
+    assert [(c.category, c.turns) for c in load_prompts(str(path))] == [("text", ("first prompt",)), ("text", ("second prompt",))]
+    humaneval = load_prompts("humaneval", per_category=3)
+    assert [c.id for c in humaneval] == ["HumanEval/0", "HumanEval/1", "HumanEval/2"]
+    assert "def has_close_elements" in humaneval[0].turns[0]
+    with pytest.raises(SpecdecError, match="does not exist"):
+        load_prompts(str(tmp_path / "missing.txt"))
+
+
+def test_first_difference():
+    assert first_difference([1, 2, 3], [1, 2, 3]) is None
+    assert first_difference([1, 2, 3], [1, 5, 3]) == 1
+    assert first_difference([1, 2], [1, 2, 3]) == 2
+
+
+def run(rates, ids, drafted=0, accepted=0, passes=1, tokens=1):
+    stats = None
+    if passes:
+        stats = GenerationStats(drafter="x", new_tokens=tokens, target_passes=passes, drafted=drafted, accepted=accepted,
+                                total_seconds=1.0, draft_seconds=0.1, verify_seconds=0.8)
+    return MethodRun(ids, rates, [1.0] * len(rates), [len(ids)] * len(rates), stats, None)
+
+
+def test_metric_arithmetic_on_hand_made_rows():
+    a, b = PromptCase("a", "x", ("p",)), PromptCase("b", "y", ("p",))
+    rows = [
+        {"case": a, "temperature": 0.0, "runs": {"hf-generate": run([5.0], [1, 2], passes=0),
+                                                 "plain": run([10.0, 12.0, 11.0], [1, 2], tokens=10, passes=10),
+                                                 "ngram": run([22.0], [1, 2], drafted=10, accepted=5, tokens=10, passes=5)}},
+        {"case": b, "temperature": 0.0, "runs": {"hf-generate": run([10.0], [3, 4], passes=0),
+                                                 "plain": run([10.0], [3, 4], tokens=10, passes=10),
+                                                 "ngram": run([10.0], [3, 9], drafted=10, accepted=1, tokens=10, passes=9)}},
+    ]
+    result = summarize(rows)["0"]
+    ngram = result["methods"]["ngram"]
+    assert ngram["speedup_vs_plain"] == pytest.approx((22 / 11 + 10 / 10) / 2)  # plain's median of 3 repeats is 11
+    assert ngram["speedup_vs_hf_generate"] == pytest.approx((22 / 5 + 10 / 10) / 2)
+    assert ngram["tokens_per_second"] == {"median": 16.0, "p25": 13.0, "p75": 19.0}
+    assert ngram["mean_accepted_tokens"] == pytest.approx(20 / 14, abs=1e-4)
+    assert ngram["acceptance_rate"] == 0.3
+    assert ngram["identical"] == 1 and ngram["first_differences"] == [{"prompt": "b", "position": 1}]
+    assert ngram["draft_share"] == pytest.approx(0.1) and ngram["verify_share"] == pytest.approx(0.8)
+    assert result["by_category"]["x"]["methods"]["ngram"]["speedup_vs_plain"] == pytest.approx(2.0)
+    assert "mean_accepted_tokens" not in result["methods"]["hf-generate"]
+
+
+def test_targets_are_reported_plainly():
+    summary = {"0": {"methods": {"plain": {"speedup_vs_hf_generate": 1.2}, "hf-generate": {}},
+                     "by_category": {"qa": {"methods": {"d γ=2": {"speedup_vs_plain": 1.5},
+                                                        "d γ=auto": {"speedup_vs_plain": 1.3}}},
+                                     "rag": {"methods": {"d γ=2": {"speedup_vs_plain": 0.9},
+                                                         "d γ=auto": {"speedup_vs_plain": 0.92}}}}}}
+    summary["0"]["methods"].update({"d γ=2": {}, "d γ=auto": {}})
+    notes = target_notes(summary)
+    assert any("1.20× transformers' generate (target ≥ 1.3×): MISSED" in n for n in notes)
+    assert any("qa: d γ=auto is 1.30× plain, below 95% of d γ=2 (1.50×): MISSED" in n for n in notes)
+    assert any("rag: d γ=auto is 0.92× plain, more than 5% slower than plain decoding: MISSED" in n for n in notes)
+    assert not any("rag: d γ=auto is 0.92× plain, below 95%" in n for n in notes)  # 0.92 ≥ 0.95 × 0.90
+
+
+def test_a_tiny_bench_writes_report_plots_and_raw_results(tmp_path, tiny_folder, capsys):
+    prompts = spec_bench_file(tmp_path / "p.jsonl", [
+        {"question_id": 1, "category": "qa", "turns": ["t5 t9 t12 t5 t9"]},
+        {"question_id": 2, "category": "writing", "turns": ["t7 t8 t7 t8", "t3 t4"]},
+    ])
+    out = tmp_path / "out"
+    code = main(["bench", "--model", str(tiny_folder), "--prompts", str(prompts), "--drafter", "ngram", "--gamma", "2,auto",
+                 "--temperature", "0,1", "--max-new-tokens", "6", "--out-dir", str(out)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    summary = json.loads(captured.out.strip().splitlines()[-1])["summary"]
+    greedy = summary["0"]
+    assert list(greedy["methods"]) == ["hf-generate", "hf-lookup", "plain", "ngram γ=2", "ngram γ=auto"]
+    assert all(m["identical"] == 2 for m in greedy["methods"].values())  # every method, greedy: plain's tokens
+    assert set(greedy["by_category"]) == {"qa", "mt_bench"}
+    assert greedy["methods"]["ngram γ=2"]["predicted_speedup"] is not None
+    assert "identical" not in summary["1"]["methods"]["plain"]
+    report = (out / "report.md").read_text()
+    assert "## greedy (2 prompts)" in report and "## temperature 1 (2 prompts)" in report and "## Targets" in report
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 and [r["turns"] for r in rows] == [1, 1, 2, 2]  # per prompt, then per temperature
+    for name in ("speedup_by_category.png", "acceptance_by_position.png", "predicted_vs_measured.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--gamma", "0"], "each gamma must be a whole number >= 1 or auto"),
+    (["--temperature", "hot"], "expected comma-separated temperatures"),
+    (["--repeats", "0"], "--repeats must be >= 1"),
+    (["--prompts", "/nonexistent.txt"], "does not exist"),
+])
+def test_bad_bench_arguments(capsys, argv, message):
+    args = ["bench", "--prompts", "humaneval", *argv] if "--prompts" not in argv else ["bench", *argv]
+    assert main(args) in (1, 2)
+    assert message in capsys.readouterr().err
+
+
+def test_assisted_baseline_and_repeated_requests(tmp_path, tiny_folder, tiny_draft_folder, capsys):
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("t5 t9 t12 t5 t9\n")
+    out = tmp_path / "out"
+    code = main(["bench", "--model", str(tiny_folder), "--prompts", str(prompts), "--drafter", f"draft:{tiny_draft_folder}",
+                 "--drafter", "suffix", "--assistant", str(tiny_draft_folder), "--ask-twice", "--max-new-tokens", "8",
+                 "--out-dir", str(out)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    greedy = json.loads(captured.out.strip().splitlines()[-1])["summary"]["0"]
+    assert "hf-assisted" in greedy["methods"] and greedy["prompts"] == 2
+    assert all(m["identical"] == 2 for m in greedy["methods"].values())
+    ids = [json.loads(line)["id"] for line in (out / "results.jsonl").read_text().splitlines()]
+    assert ids == ["1", "1 (again)"]
