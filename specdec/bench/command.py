@@ -50,7 +50,8 @@ def temperature_list(text: str) -> list[float]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="smollm2-135m", help="built-in name, Hugging Face folder or .gguf file")
     p.add_argument("--prompts", required=True, help="a Spec-Bench .jsonl file, a text file (one prompt a line), or humaneval")
-    p.add_argument("--drafter", action="append", default=None, help="a drafter spec (repeatable; default: ngram)")
+    p.add_argument("--drafter", action="append", default=None,
+                   help="a drafter spec (repeatable; default: ngram); SPEC@G1,G2 runs it at these γ instead of --gamma")
     p.add_argument("--gamma", type=gamma_list, default=["auto"], help="comma-separated γ: numbers and/or auto (default: auto)")
     p.add_argument("--temperature", type=temperature_list, default=[0.0], help="comma-separated; 0 = greedy (default: 0)")
     p.add_argument("--max-new-tokens", type=int, default=256)
@@ -81,8 +82,13 @@ def build_methods(args, target, console) -> dict[float, list]:
     from specdec.runtime import load_model
 
     ours = [SpecdecMethod("plain", Engine(target), 1)]
-    for spec in args.drafter or ["ngram"]:
-        for gamma in args.gamma:
+    for text in args.drafter or ["ngram"]:
+        spec, at, own = text.partition("@")  # SPEC@G1,G2: this drafter at these γ only
+        try:
+            gammas = gamma_list(own) if at else args.gamma
+        except argparse.ArgumentTypeError as err:
+            raise SpecdecError(f"--drafter {text}: {err}") from None
+        for gamma in gammas:
             name = spec if len(args.gamma) == 1 else f"{spec} γ={gamma}"
             engine = Engine(target, build_drafter(spec, target, device=args.device))
             ours.append(SpecdecMethod(name, engine, gamma))
