@@ -27,7 +27,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
-	$(PY) -m specdec.bench.quick --prompts ../shared/workloads/spec_bench_dev.jsonl
+	$(VENV)/bin/specdec bench --prompts ../shared/workloads/spec_bench_dev.jsonl --per-category 5 --drafter ngram --drafter suffix --drafter auto --out-dir bench-out
 
 clean:
 	rm -rf $(VENV) .pytest_cache

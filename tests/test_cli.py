@@ -79,21 +79,23 @@ def test_unknown_drafter(capsys, tiny_folder):
     assert code == 1 and "unknown drafter 'magic'" in err
 
 
-def test_generate_compare_reports_identical_greedy_output(capsys, tiny_folder):
-    code, out, _ = run(capsys, "generate", "t5 t9 t12 t7 t5 t9 t12 t7 t5", "--model", str(tiny_folder), "--raw",
-                       "--drafter", "ngram", "--max-new-tokens", "30", "--compare", "--json")
+def generate_compare(capsys, folder, drafter: str, max_new_tokens: int) -> tuple[dict, str]:
+    """`specdec generate --compare --json` on a repetitive prompt: (the JSON line, everything printed)."""
+    code, out, _ = run(capsys, "generate", "t5 t9 t12 t7 t5 t9 t12 t7 t5", "--model", str(folder), "--raw",
+                       "--drafter", drafter, "--max-new-tokens", str(max_new_tokens), "--compare", "--json")
     assert code == 0
-    result = json.loads(out.strip().splitlines()[-1])
+    return json.loads(out.strip().splitlines()[-1]), out
+
+
+def test_generate_compare_reports_identical_greedy_output(capsys, tiny_folder):
+    result, out = generate_compare(capsys, tiny_folder, "ngram", 30)
     assert result["identical"] is True
     assert result["speculative"]["new_tokens"] == result["plain"]["new_tokens"]
     assert "speed-up" in out
 
 
 def test_generate_auto_reports_the_policy_and_predicted_vs_measured(capsys, tiny_folder):
-    code, out, _ = run(capsys, "generate", "t5 t9 t12 t7 t5 t9 t12 t7 t5", "--model", str(tiny_folder), "--raw",
-                       "--drafter", "auto", "--max-new-tokens", "40", "--compare", "--json")
-    assert code == 0
-    result = json.loads(out.strip().splitlines()[-1])
+    result, out = generate_compare(capsys, tiny_folder, "auto", 40)
     assert result["identical"] is True
     assert result["speculative"]["drafter"] == "auto(ngram,suffix)"
     assert result["speculative"]["decisions"][0]["reason"].startswith(("best predicted", "probe"))
