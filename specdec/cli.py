@@ -129,10 +129,8 @@ def _stream(engine, prompt_ids, config, console):
     return "".join(texts), token_ids, stats
 
 
-def _summary(stats, console, title: str = "run", costs=None, plain_tokens_per_second=None) -> None:
+def _summary(stats, console, title: str = "run", breakdown: list[dict] | None = None) -> None:
     from rich.table import Table
-
-    from specdec.analysis import drafter_breakdown
 
     table = Table(title=title, show_header=False, box=None)
     per_pos = " ".join(f"{a:.2f}" for a in stats.acceptance_per_position) or "-"
@@ -149,8 +147,8 @@ def _summary(stats, console, title: str = "run", costs=None, plain_tokens_per_se
     for key, value in rows:
         table.add_row(key, value)
     console.print(table)
-    if costs is not None and stats.drafted:
-        _breakdown(drafter_breakdown(stats, costs, plain_tokens_per_second), stats, console)
+    if breakdown is not None and stats.drafted:
+        _breakdown(breakdown, stats, console)
 
 
 def _breakdown(rows: list[dict], stats, console) -> None:
@@ -198,11 +196,11 @@ def cmd_generate(args, console) -> int:
     if costs is None and engine.drafters:  # a fixed γ ran without the cost model; the breakdown needs it
         with console.status("reading the cost model for the breakdown"):
             costs = engine.costs(config.max_gamma)
-    _summary(stats, console, title=f"speculative ({stats.drafter}, γ = {args.gamma})", costs=costs,
-             plain_tokens_per_second=plain.stats.tokens_per_second if plain else None)
+    breakdown = drafter_breakdown(stats, costs, plain.stats.tokens_per_second if plain else None) if costs is not None else None
+    _summary(stats, console, title=f"speculative ({stats.drafter}, γ = {args.gamma})", breakdown=breakdown)
     result = {"speculative": stats.to_dict()}
-    if costs is not None:
-        result["breakdown"] = drafter_breakdown(stats, costs, plain.stats.tokens_per_second if plain else None)
+    if breakdown is not None:
+        result["breakdown"] = breakdown
     if plain:
         _summary(plain.stats, console, title="plain decoding")
         speedup = stats.tokens_per_second / plain.stats.tokens_per_second

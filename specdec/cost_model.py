@@ -4,9 +4,9 @@
               (k = 1 is a plain decoding step; a round that drafted γ tokens verifies k = γ + 1)
     D_d(γ)    seconds for drafter d to propose γ tokens, fitted as per_call + per_token · γ
 
-The seed formula charges a verification pass the same as a one-token pass; on a CPU it is not (a
-pass over 8 tokens costs about 2.3 one-token passes on the reference machine), so the policy uses
-the measured curve. Measuring takes a few seconds; the result is cached as JSON under
+The seed formula charges a verification pass the same as a one-token pass; on a CPU it is not (on
+the reference machine a pass over 2 tokens costs 1.46 one-token passes, over 8 about 2:
+docs/bench/costs-output.txt), so the policy uses the measured curve. Measuring takes a few seconds; the result is cached as JSON under
 `$SPECDEC_COSTS_DIR` (default: `<specdec cache>/costs`), keyed by the machine (CPU or GPU model,
 threads, torch version), the model (its config and weight files), device, dtype and runtime. Draft
 costs are keyed by drafter name and measured the first time a drafter is used.

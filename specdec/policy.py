@@ -74,20 +74,19 @@ class PositionAcceptance:
         self.accepted = [a * factor for a in self.accepted]
         self.drafted = [d * factor for d in self.drafted]
 
-    def alphas(self, gamma: int, priors: list[float] | None = None) -> list[float]:
-        """[α_1 .. α_γ]: each position's estimate, shrunk towards its prior: `priors[i]` when given,
-        else the estimate of the position before (the first: the prior)."""
+    def alphas(self, gamma: int) -> list[float]:
+        """[α_1 .. α_γ]: each position's estimate, shrunk towards the position before (the first: the prior)."""
         out, previous = [], self.prior
         for i in range(gamma):
             a, d = (self.accepted[i], self.drafted[i]) if i < len(self.drafted) else (0.0, 0.0)
-            previous = (a + (priors[i] if priors else previous)) / (d + 1)
+            previous = (a + previous) / (d + 1)
             out.append(previous)
         return out
 
-    def expected_tokens(self, gamma: int, priors: list[float] | None = None) -> float:
+    def expected_tokens(self, gamma: int) -> float:
         """E(γ) = 1 + Σ_i Π_{j≤i} α_j."""
         total, survive = 1.0, 1.0
-        for alpha in self.alphas(gamma, priors):
+        for alpha in self.alphas(gamma):
             survive *= alpha
             total += survive
         return total

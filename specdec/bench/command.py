@@ -152,9 +152,11 @@ def run(args, console) -> int:
 def _print_table(summary: dict, console) -> None:
     from rich.table import Table
 
+    from specdec.bench.metrics import HF_GENERATE
+
     for temperature, result in summary.items():
         table = Table(title=f"{result['prompts']} prompts, " + ("greedy" if temperature == "0" else f"T = {temperature}"))
-        has_hf = "hf-generate" in result["methods"]
+        has_hf = HF_GENERATE in result["methods"]
         cols = ["method", "tokens/s"] + (["× hf"] if has_hf else []) + ["× plain", "predicted", "MAT", "α"]
         for col in cols:
             table.add_column(col, justify="right")

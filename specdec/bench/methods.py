@@ -75,7 +75,3 @@ def load_transformers_model(folder, device: str = "cpu"):
 
     return AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).to(device).eval()
 
-
-def weights_bytes(module) -> int:
-    """Bytes held by a module's parameters and buffers (packed linears keep theirs in buffers)."""
-    return sum(t.numel() * t.element_size() for t in [*module.parameters(), *module.buffers()])
