@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
+from specdec.bench.memory import PeakMemory
 from specdec.bench.metrics import first_difference, summarize
 from specdec.bench.prompts import PromptCase, load_prompts
 from specdec.bench.report import target_notes
@@ -132,8 +134,25 @@ def test_a_tiny_bench_writes_report_plots_and_raw_results(tmp_path, tiny_folder,
     assert "## greedy (2 prompts)" in report and "## temperature 1 (2 prompts)" in report and "## Targets" in report
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert len(rows) == 4 and [r["turns"] for r in rows] == [1, 1, 2, 2]  # per prompt, then per temperature
+    assert all(m["peak_memory_mb"] > 0 for m in greedy["methods"].values())  # Linux: the process's peak RSS
+    assert "peak memory" in report
     for name in ("speedup_by_category.png", "acceptance_by_position.png", "predicted_vs_measured.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_peak_memory_follows_an_allocation_and_resets():
+    memory = PeakMemory(torch.device("cpu"))
+    if memory.kind is None:
+        pytest.skip("no /proc/self/clear_refs here")
+    memory.reset()
+    before = memory.peak()
+    block = torch.ones(64 * 2**20 // 4)  # 64 MiB, touched
+    during = memory.peak()
+    del block
+    memory.reset()
+    after = memory.peak()
+    assert during - before >= 60 * 2**20
+    assert after < during - 60 * 2**20  # the reset forgot the freed block
 
 
 @pytest.mark.parametrize("argv,message", [

@@ -113,6 +113,7 @@ def build_methods(args, target, console) -> dict[float, list]:
 def run(args, console) -> int:
     from rich.progress import Progress
 
+    from specdec.bench.memory import PeakMemory
     from specdec.bench.metrics import summarize
     from specdec.bench.prompts import load_prompts
     from specdec.bench.report import write_report
@@ -141,6 +142,7 @@ def run(args, console) -> int:
         "model": f"{target.name} ({target.net.dtype})",
         "prompts": f"{args.prompts}: {len(cases)}",
         "settings": f"max_new_tokens {args.max_new_tokens}, repeats {args.repeats}, temperatures {args.temperature}",
+        "peak memory": PeakMemory(target.net.device).description,
     }
     files = write_report(rows, summary, header, args.out_dir)
     _print_table(summary, console)

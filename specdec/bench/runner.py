@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from specdec.bench.memory import PeakMemory
 from specdec.bench.prompts import PromptCase
 from specdec.sampling import SamplingParams
 from specdec.stats import GenerationStats
@@ -28,7 +29,7 @@ class MethodRun:
     seconds: list[float]
     new_tokens: list[int]
     stats: GenerationStats | None  # this project's methods: all turns and repeats merged
-    peak_memory_bytes: int | None  # CUDA only: the peak allocated during the method's runs
+    peak_memory_bytes: int | None  # the peak during the method's runs, as PeakMemory measures it
 
 
 def chat_ids(tokenizer, messages: list[dict]) -> list[int]:
@@ -56,7 +57,7 @@ def run_case(method, case: PromptCase, tokenizer, sampling: SamplingParams, max_
 def run_bench(cases: list[PromptCase], methods_at: dict[float, list], tokenizer, max_new_tokens: int,
               repeats: int, device: torch.device, progress=None) -> list[dict]:
     """Rows, one per prompt and temperature: {"case": ..., "temperature": t, "runs": {method name: MethodRun}}."""
-    cuda = device.type == "cuda"
+    memory = PeakMemory(device)
     warm = PromptCase("warm-up", "warm-up", ("Hello",))
     for temperature, methods in methods_at.items():  # first calls pay allocations, lazy imports, cost models
         for method in methods:
@@ -69,13 +70,12 @@ def run_bench(cases: list[PromptCase], methods_at: dict[float, list], tokenizer,
             for repeat in range(repeats):
                 sampling = SamplingParams(temperature=temperature, seed=1000 * number + repeat)
                 for method in methods:
-                    if cuda:
-                        torch.cuda.synchronize(device)
-                        torch.cuda.reset_peak_memory_stats(device)
+                    memory.reset()
                     ids, seconds, stats = run_case(method, case, tokenizer, sampling, max_new_tokens)
                     slot = collected[method.name]
-                    if cuda:
-                        slot["peak"] = max(slot["peak"] or 0, torch.cuda.max_memory_allocated(device))
+                    peak = memory.peak()
+                    if peak is not None:
+                        slot["peak"] = max(slot["peak"] or 0, peak)
                     slot["ids"] = ids if slot["ids"] is None else slot["ids"]
                     slot["rates"].append(len(ids) / seconds if seconds else 0.0)
                     slot["seconds"].append(seconds)
