@@ -1,4 +1,4 @@
-"""Command line: `specdec generate | chat | plan | costs | bench`.
+"""Command line: `specdec generate | chat | plan | costs | bench | serve | load-test`.
 
 A thin layer: it parses arguments into the library's config objects, calls the library, and renders.
 Errors the user can fix are printed as one line and exit with status 2 (bad arguments) or 1 (the
@@ -86,6 +86,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="measure speed-ups on your prompts against transformers, with a report and plots")
     add_arguments(bench)
+
+    from specdec.serve.command import add_arguments as add_serve_arguments
+
+    serve = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (chat and text completions, streaming, metrics)")
+    add_serve_arguments(serve, _target_args, gamma_arg)
+
+    from specdec.serve.command import add_load_test_arguments
+
+    load = sub.add_parser("load-test", help="many concurrent streaming clients against a running server, every answer checked")
+    add_load_test_arguments(load)
     return parser
 
 
@@ -190,7 +200,7 @@ def cmd_generate(args, console) -> int:
         warm = GenerationConfig(max_new_tokens=4, gamma=args.gamma, max_gamma=args.max_gamma, sampling=config.sampling)
         engine.generate(prompt_ids, warm)
     console.print("[dim]legend:[/dim] [green]accepted draft[/green] [yellow]corrected[/yellow] [cyan]bonus[/cyan] target", highlight=False)
-    _, token_ids, stats = _stream(engine, prompt_ids, config, console)
+    text, token_ids, stats = _stream(engine, prompt_ids, config, console)
     plain = Engine(target).generate(prompt_ids, config) if args.compare else None
     costs = engine.cost_model if engine.drafters else None
     if costs is None and engine.drafters:  # a fixed γ ran without the cost model; the breakdown needs it
@@ -198,7 +208,7 @@ def cmd_generate(args, console) -> int:
             costs = engine.costs(config.max_gamma)
     breakdown = drafter_breakdown(stats, costs, plain.stats.tokens_per_second if plain else None) if costs is not None else None
     _summary(stats, console, title=f"speculative ({stats.drafter}, γ = {args.gamma})", breakdown=breakdown)
-    result = {"speculative": stats.to_dict()}
+    result = {"text": text, "speculative": stats.to_dict()}
     if breakdown is not None:
         result["breakdown"] = breakdown
     if plain:
@@ -313,7 +323,20 @@ def cmd_bench(args, console) -> int:
     return run(args, console)
 
 
-COMMANDS = {"generate": cmd_generate, "chat": cmd_chat, "plan": cmd_plan, "costs": cmd_costs, "bench": cmd_bench}
+def cmd_serve(args, console) -> int:
+    from specdec.serve.command import run
+
+    return run(args, console)
+
+
+def cmd_load_test(args, console) -> int:
+    from specdec.serve.command import run_load_test_command
+
+    return run_load_test_command(args, console)
+
+
+COMMANDS = {"generate": cmd_generate, "chat": cmd_chat, "plan": cmd_plan, "costs": cmd_costs, "bench": cmd_bench,
+            "serve": cmd_serve, "load-test": cmd_load_test}
 
 
 def main(argv: list[str] | None = None) -> int:

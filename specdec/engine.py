@@ -198,7 +198,7 @@ class Engine:
         device = net.device
         params = config.sampling
         generator = params.generator(device)
-        prompt_ids = self._check_prompt(prompt_ids)
+        prompt_ids = self.check_prompt(prompt_ids)
         max_len = min(len(prompt_ids) + config.max_new_tokens, self.target.max_context)
         token_budget = max_len - len(prompt_ids)
         stop_ids = set() if config.ignore_eos else set(self.target.eos_token_ids)
@@ -292,7 +292,7 @@ class Engine:
         stats.total_seconds = time.perf_counter() - started
         yield StreamEvent(pieces, stats, done=True)
 
-    def _check_prompt(self, prompt_ids: list[int]) -> list[int]:
+    def check_prompt(self, prompt_ids: list[int]) -> list[int]:
         if not prompt_ids:
             raise SpecdecError("the prompt is empty; give some text to continue")
         prompt_ids = [int(t) for t in prompt_ids]

@@ -1,0 +1,147 @@
+"""`specdec serve`: arguments, loading, and uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import signal
+
+from specdec.errors import SpecdecError
+
+API_KEY_ENV = "SPECDEC_API_KEY"
+
+
+def add_arguments(p: argparse.ArgumentParser, target_args, gamma_arg) -> None:
+    target_args(p)
+    p.add_argument("--gamma", type=gamma_arg, default="auto",
+                   help="default tokens drafted per round when a request does not say: a whole number or auto (default)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, loopback only)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
+                   help=f"require 'Authorization: Bearer KEY' on every route but /health (default: ${API_KEY_ENV} if set)")
+    p.add_argument("--max-queue", type=int, default=16,
+                   help="requests running or waiting at once; past it the server answers 429 (default: 16)")
+    p.add_argument("--default-max-tokens", type=int, default=256,
+                   help="new tokens when a request gives no max_tokens (default: 256, capped by the context)")
+    p.add_argument("--shutdown-timeout", type=float, default=30.0,
+                   help="on SIGINT/SIGTERM, seconds for requests in flight to finish before they are cancelled (default: 30)")
+
+
+def _check(args) -> None:
+    if not 0 < args.port < 65536:
+        raise SpecdecError(f"--port must be in 1..65535, got {args.port}")
+    if args.max_queue < 1:
+        raise SpecdecError(f"--max-queue must be >= 1, got {args.max_queue}")
+    if args.default_max_tokens < 1:
+        raise SpecdecError(f"--default-max-tokens must be >= 1, got {args.default_max_tokens}")
+    if args.api_key is not None and not args.api_key.strip():
+        raise SpecdecError("--api-key is empty; give a key or leave the option out")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def build_service(args, console):
+    from specdec.drafters import build_drafter
+    from specdec.runtime import load_model
+    from specdec.serve.app import ServeSettings, Service
+
+    with console.status(f"loading {args.model}"):
+        target = load_model(args.model, device=args.device, dtype=args.dtype, runtime=args.runtime)
+        drafter = build_drafter(args.drafter, target, device=args.device, dtype=args.dtype, runtime=args.runtime)
+    drafters = list(drafter) if isinstance(drafter, list) else [drafter] if drafter else []
+    settings = ServeSettings(model_id=args.model, api_key=args.api_key, max_pending=args.max_queue,
+                             default_max_tokens=args.default_max_tokens, gamma=args.gamma, max_gamma=args.max_gamma)
+    service = Service(target, drafters, settings)
+    with console.status("reading the cost model (measuring it on this machine the first time)"):
+        service.prepare()
+    return service
+
+
+def run(args, console) -> int:
+    import uvicorn
+
+    from specdec.serve.app import create_app
+
+    _check(args)
+    if not is_loopback(args.host) and not args.api_key:
+        console.print(f"[yellow]warning: listening on {args.host} without --api-key: anyone who can reach it may use it[/yellow]")
+    service = build_service(args, console)
+    names = ", ".join(service.by_name) or "none"
+    console.print(f"serving {args.model} (drafters: {names}) on http://{args.host}:{args.port}/v1"
+                  + (" with an API key" if args.api_key else ""), highlight=False)
+    config = uvicorn.Config(create_app(service), host=args.host, port=args.port, log_level="info",
+                            timeout_graceful_shutdown=args.shutdown_timeout)
+    # uvicorn shuts down gracefully on SIGINT / SIGTERM, then raises the signal again for the handler
+    # that was there before; these handlers turn that into a clean exit.
+    previous = {sig: signal.signal(sig, _stopped) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        uvicorn.Server(config).run()
+    except _Stopped:
+        pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    console.print("stopped")
+    return 0
+
+
+class _Stopped(Exception):
+    pass
+
+
+def _stopped(signum, frame):
+    raise _Stopped()
+
+
+def add_load_test_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--url", default="http://127.0.0.1:8000", help="the server (loopback only; default: http://127.0.0.1:8000)")
+    p.add_argument("--model", default=None, help="the served model id (default: the first GET /v1/models lists)")
+    p.add_argument("--prompts", default=None, help="Spec-Bench .jsonl or text file; the first turn of each prompt is sent")
+    p.add_argument("--per-category", type=int, default=2, help="prompts per category from a Spec-Bench file (default: 2)")
+    p.add_argument("--clients", type=int, default=32, help="concurrent streaming clients (default: 32)")
+    p.add_argument("--requests", type=int, default=500, help="requests to complete in all (default: 500)")
+    p.add_argument("--max-tokens", type=int, default=16, help="max_tokens of each request (default: 16)")
+    p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV))
+    p.add_argument("--out", default=None, help="also write the JSON summary to this file")
+
+
+DEFAULT_LOAD_PROMPTS = ("Name three colours.", "What is the capital of France?", "Count from one to five.",
+                        "Write one sentence about the sea.")
+
+
+def run_load_test_command(args, console) -> int:
+    import asyncio
+    import json
+    from pathlib import Path
+
+    import httpx
+    from rich.progress import Progress
+
+    from specdec.bench.prompts import load_prompts
+    from specdec.serve.load_test import run_load_test
+
+    prompts = ([c.turns[0] for c in load_prompts(args.prompts, args.per_category)] if args.prompts
+               else list(DEFAULT_LOAD_PROMPTS))
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    try:
+        model = args.model or httpx.get(f"{args.url}/v1/models", headers=headers, timeout=10).json()["data"][0]["id"]
+    except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
+        raise SpecdecError(f"could not ask {args.url}/v1/models for the model ({exc}); is `specdec serve` running?") from exc
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task(f"{args.clients} clients", total=args.requests)
+        result = asyncio.run(run_load_test(args.url, model, prompts, args.clients, args.requests, args.max_tokens,
+                                           args.api_key, progress=lambda: progress.advance(task)))
+    summary = {"url": args.url, "model": model, "prompts": len(prompts), "clients": args.clients,
+               "max_tokens": args.max_tokens, **result.summary()}
+    if args.out:
+        Path(args.out).write_text(json.dumps(summary, indent=2) + "\n")
+    print(json.dumps(summary))
+    return 0 if not result.errors and not result.mismatches else 1

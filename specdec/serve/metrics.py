@@ -1,0 +1,57 @@
+"""Prometheus metrics of the server, in a registry of its own (one per app, so tests don't share)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from specdec.stats import GenerationStats
+
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 60, 120, 300)
+TOKEN_TIME_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)
+
+
+class ServerMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("specdec_requests", "requests answered, by route and HTTP status", ["route", "status"], registry=r)
+        self.generated = Counter("specdec_generated_tokens", "tokens generated", registry=r)
+        self.prompt_tokens = Counter("specdec_prompt_tokens", "prompt tokens read", registry=r)
+        self.target_passes = Counter("specdec_target_passes", "target model passes (prefills included)", registry=r)
+        self.drafted = Counter("specdec_drafted_tokens", "draft tokens verified by the target", registry=r)
+        self.accepted = Counter("specdec_accepted_tokens", "draft tokens the target accepted", registry=r)
+        self.drafted_at = Counter("specdec_drafted_tokens_by_position", "draft tokens verified, by draft position (1 = first)",
+                                  ["position"], registry=r)
+        self.accepted_at = Counter("specdec_accepted_tokens_by_position", "draft tokens accepted, by draft position",
+                                   ["position"], registry=r)
+        self.latency = Histogram("specdec_request_seconds", "time from admission to the last token", buckets=LATENCY_BUCKETS, registry=r)
+        self.first_token = Histogram("specdec_time_to_first_token_seconds", "time from admission to the first token",
+                                     buckets=LATENCY_BUCKETS, registry=r)
+        self.per_token = Histogram("specdec_time_per_output_token_seconds", "time per token after the first",
+                                   buckets=TOKEN_TIME_BUCKETS, registry=r)
+        self.running = Gauge("specdec_requests_running", "requests being generated", registry=r)
+        self.waiting = Gauge("specdec_queue_length", "requests admitted and waiting for the model", registry=r)
+        self.rejected = Counter("specdec_requests_rejected_busy", "requests refused with 429 because the queue was full", registry=r)
+        self.cancelled = Counter("specdec_requests_cancelled", "requests whose client went away before the end", registry=r)
+
+    def queue(self, running: int, waiting: int) -> None:
+        self.running.set(running)
+        self.waiting.set(waiting)
+
+    def finished(self, stats: GenerationStats, seconds: float, first_token_seconds: float | None) -> None:
+        self.generated.inc(stats.new_tokens)
+        self.prompt_tokens.inc(stats.prompt_tokens)
+        self.target_passes.inc(stats.target_passes)
+        self.drafted.inc(stats.drafted)
+        self.accepted.inc(stats.accepted)
+        for position, (drafted, accepted) in enumerate(zip(stats.drafted_per_position, stats.accepted_per_position), 1):
+            self.drafted_at.labels(str(position)).inc(drafted)
+            self.accepted_at.labels(str(position)).inc(accepted)
+        self.latency.observe(seconds)
+        if first_token_seconds is not None:
+            self.first_token.observe(first_token_seconds)
+            if stats.new_tokens > 1:
+                self.per_token.observe((seconds - first_token_seconds) / (stats.new_tokens - 1))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
