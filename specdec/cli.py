@@ -127,11 +127,16 @@ def _prepare(engine, config, console) -> None:
 
 
 def _stream(engine, prompt_ids, config, console):
-    """Print a generation as it streams, coloured by token kind; return (text, token ids, final stats)."""
+    """Print a generation as it streams, coloured by how each token came about (from the run's trace);
+    return (text, token ids, final stats)."""
+    from dataclasses import replace
+
     texts, token_ids, stats = [], [], None
-    for event in engine.stream(prompt_ids, config):
+    for event in engine.stream(prompt_ids, replace(config, trace=True)):
+        kinds = iter([kind for record in event.rounds for kind in record.kinds()])
         for piece in event.pieces:
-            console.print(piece.text, style=KIND_STYLES[piece.kind], end="", markup=False, highlight=False)
+            kind = next(kinds) if piece.token_ids else "target"  # a tail of held-back text has no token
+            console.print(piece.text, style=KIND_STYLES[kind], end="", markup=False, highlight=False)
             texts.append(piece.text)
             token_ids += piece.token_ids
         stats = event.stats

@@ -31,6 +31,7 @@ from specdec.runtime.loading import LanguageModel
 from specdec.runtime.tokenizer import IncrementalDetokenizer
 from specdec.sampling import SamplingParams, logits_to_probs, sample
 from specdec.stats import GenerationStats
+from specdec.trace import RoundTrace, trace_round
 from specdec.verify import speculative_sample, verify_greedy
 
 # How a committed token came about (the terminal view colours them apart).
@@ -40,6 +41,7 @@ CORRECTED = "corrected"  # the target's replacement for the first rejected draft
 BONUS = "bonus"  # the target's extra token after all drafts were accepted
 
 PLAIN_ROUND = RoundPlan(None, 0, 1.0, "no drafter")
+PREFILL = RoundPlan(None, 0, 1.0, "the prefill: one pass over the prompt gives the first token")
 AUTO = "auto"  # GenerationConfig.gamma: chosen each round by the adaptive policy
 
 
@@ -51,6 +53,7 @@ class GenerationConfig:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
+    trace: bool = False  # record every round (specdec.trace) in StreamEvent.rounds; off: nothing is built
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
@@ -75,6 +78,7 @@ class StreamEvent:
     pieces: list[Piece]  # what the prefill or this round committed, in order
     stats: GenerationStats  # the run's statistics so far (one object, updated as the run goes)
     done: bool = False
+    rounds: list[RoundTrace] = field(default_factory=list)  # with config.trace: the records of these rounds
 
 
 @dataclass
@@ -82,6 +86,7 @@ class GenerationResult:
     text: str
     token_ids: list[int]
     stats: GenerationStats
+    rounds: list[RoundTrace] = field(default_factory=list)  # with config.trace: every round, the prefill first
 
 
 class TextAssembler:
@@ -184,12 +189,15 @@ class Engine:
 
     def generate(self, prompt_ids: list[int], config: GenerationConfig = GenerationConfig()) -> GenerationResult:
         pieces: list[Piece] = []
+        rounds: list[RoundTrace] = []
         for event in self.stream(prompt_ids, config):
             pieces.extend(event.pieces)
+            rounds.extend(event.rounds)
         return GenerationResult(
             text="".join(p.text for p in pieces),
             token_ids=[t for p in pieces for t in p.token_ids],
             stats=event.stats,
+            rounds=rounds,
         )
 
     def stream(self, prompt_ids: list[int], config: GenerationConfig = GenerationConfig()) -> Iterator[StreamEvent]:
@@ -235,11 +243,13 @@ class Engine:
         stats.target_passes = 1
         stats.prefill_seconds = time.perf_counter() - started
         pieces, done = commit([first], [TARGET])
+        rounds = [self._trace(0, None, PREFILL, [], None, logits[0], params, 0, first, TARGET, pieces, {},
+                              stats.prefill_seconds, 0.0)] if config.trace else []
         if not done:  # stream the first token at once: time to first token is the prefill's
             stats.total_seconds = stats.prefill_seconds
             stats.new_tokens = generated
-            yield StreamEvent(pieces, stats)
-            pieces = []
+            yield StreamEvent(pieces, stats, rounds=rounds)
+            pieces, rounds = [], []
 
         while not done:
             # 0. choose, 1. draft
@@ -260,12 +270,13 @@ class Engine:
             logits = net.forward(block, cache)  # [1, k+1, V]
             # 3. accept
             draft_ids = block[:, 1:]  # [1, k]
+            details = {} if config.trace else None  # the draws and the residual, for the trace
             if params.greedy:
                 num_accepted, next_token = verify_greedy(draft_ids, logits)
             else:
                 p = logits_to_probs(logits, params)  # [1, k+1, V]
                 q = None if draft.q is None else draft.q[None]  # [1, k, V]
-                num_accepted, next_token = speculative_sample(draft_ids, p, q, generator)
+                num_accepted, next_token = speculative_sample(draft_ids, p, q, generator, details)
             n = int(num_accepted)
             # 4. commit: keep the last committed token and the accepted drafts in the cache
             cache.truncate(committed_len + 1 + n)
@@ -277,12 +288,15 @@ class Engine:
                 policy.observe(plan, len(draft), n, draft.match_length)
             stats.record_round(len(draft), n, drafter=drafter.name if drafter else "plain", gamma=plan.gamma,
                                committed=len(new_pieces), draft_seconds=t1 - t0, verify_seconds=t2 - t1)
+            if config.trace:
+                rounds.append(self._trace(stats.rounds, drafter, plan, draft.tokens, draft.q, logits[0], params, n,
+                                          int(next_token), kinds[-1], new_pieces, details, t1 - t0, t2 - t1))
             pieces += new_pieces
             if not done:
                 stats.total_seconds = time.perf_counter() - started
                 stats.new_tokens = generated
-                yield StreamEvent(pieces, stats)
-                pieces = []
+                yield StreamEvent(pieces, stats, rounds=rounds)
+                pieces, rounds = [], []
 
         stats.decisions = policy.decisions if policy else []
         tail = assembler.finish()
@@ -290,7 +304,22 @@ class Engine:
             pieces.append(Piece(tail, [], TARGET))
         stats.new_tokens = generated
         stats.total_seconds = time.perf_counter() - started
-        yield StreamEvent(pieces, stats, done=True)
+        yield StreamEvent(pieces, stats, done=True, rounds=rounds)
+
+    def _trace(self, index: int, drafter: Drafter | None, plan: RoundPlan, draft_tokens: list[int],
+               q: torch.Tensor | None, logits: torch.Tensor, params: SamplingParams, accepted: int, next_token: int,
+               next_kind: str, pieces: list[Piece], details: dict, draft_seconds: float, verify_seconds: float) -> RoundTrace:
+        """The record of one round; logits [k+1, V] of its pass (the prefill: [1, V])."""
+        p = logits_to_probs(logits, params)  # [k+1, V], what the rule used (greedy: one-hot argmax)
+        shown = torch.softmax(logits.float(), -1) if params.greedy else p  # [k+1, V], what the charts show
+        uniforms, residual = details.get("uniforms"), details.get("residual")
+        record = trace_round(index, drafter.name if drafter else None, plan.gamma, plan.reason, draft_tokens, q, p, shown,
+                             params.greedy, accepted, next_token, next_kind, self.target.tokenizer,
+                             uniforms=None if uniforms is None else uniforms[0],
+                             residual=None if residual is None else residual[0])
+        record.committed = [t for piece in pieces for t in piece.token_ids]
+        record.draft_seconds, record.verify_seconds = draft_seconds, verify_seconds
+        return record
 
     def check_prompt(self, prompt_ids: list[int]) -> list[int]:
         if not prompt_ids:

@@ -46,6 +46,7 @@ def speculative_sample(
     p: torch.Tensor,  # [B, γ+1, V] target probabilities
     q: torch.Tensor | None,  # [B, γ, V] draft probabilities; None = point-mass proposal
     generator: torch.Generator,
+    details: dict | None = None,  # given: filled with "uniforms" [B, γ] and "residual" [B, V] (for traces)
 ) -> tuple[torch.Tensor, torch.Tensor]:  # (num_accepted [B], next_token [B])
     batch, gamma = draft_tokens.shape
     rows = torch.arange(batch, device=p.device)
@@ -73,6 +74,8 @@ def speculative_sample(
     # A rejection implies p != q, so mass > 0; the guard only catches float round-off.
     residual = torch.where(mass > 0, residual / mass.clamp(min=1e-30), p_next)
     next_token = torch.multinomial(residual, 1, generator=generator).squeeze(1)  # [B]
+    if details is not None:
+        details.update(uniforms=uniforms, residual=residual)
     return num_accepted, next_token
 
 

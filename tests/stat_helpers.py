@@ -37,7 +37,7 @@ def gof_pvalue(observed: np.ndarray, probs: np.ndarray, min_expected: float = 5.
     return float(chi2.sf(stat, dof)) if dof > 0 else 1.0
 
 
-def accept_everything(draft_tokens, p, q, generator):
+def accept_everything(draft_tokens, p, q, generator, details=None):
     """A deliberately WRONG verifier (the negative control): it accepts every draft and draws the
     bonus from p. The distribution tests must fail with it."""
     batch, gamma = draft_tokens.shape
@@ -45,7 +45,7 @@ def accept_everything(draft_tokens, p, q, generator):
     return torch.full((batch,), gamma, device=p.device), bonus
 
 
-def residual_from_p(draft_tokens, p, q, generator):
+def residual_from_p(draft_tokens, p, q, generator, details=None):
     """A subtler WRONG verifier: the right acceptance test, but a rejection resamples from p instead
     of norm(max(0, p - q)). It over-produces tokens the draft favours."""
     from specdec.verify import speculative_sample

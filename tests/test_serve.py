@@ -158,6 +158,8 @@ def test_models_health_and_metrics(live, client):
     client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=12, temperature=0,
                               extra_body={"speculation": {"drafter": "ngram", "gamma": 3}})
     assert httpx.get(live.url + "/health").json()["status"] == "ok"
+    wrong_method = httpx.get(live.url + "/v1/completions")
+    assert wrong_method.status_code == 405 and "not allowed" in wrong_method.json()["error"]["message"]
     metrics = httpx.get(live.url + "/metrics").text
     for name in ("specdec_drafted_tokens_total", "specdec_accepted_tokens_total", "specdec_target_passes_total",
                  'specdec_drafted_tokens_by_position_total{position="1"}', "specdec_time_to_first_token_seconds_bucket",

@@ -107,10 +107,8 @@ class Service:
                            param="speculation.drafter")
         if not names and spec.gamma is not None:
             raise ApiError(400, "this server runs without a drafter: leave out speculation.gamma", param="speculation.gamma")
-        engine = self.engine(names)
-        if engine.drafters and (gamma == AUTO or len(names) > 1):
-            engine.costs(max_gamma if gamma == AUTO else gamma)  # cached after the first use of each size
-        return engine, gamma, max_gamma
+        # a γ past the prepared cost curve is measured by the engine on the worker thread, never here
+        return self.engine(names), gamma, max_gamma
 
 
 def speculation_report(stats: GenerationStats) -> dict:

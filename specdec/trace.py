@@ -1,0 +1,107 @@
+"""A round-by-round record of a run: what was drafted, how likely it was, what the target kept.
+
+Opt-in (`GenerationConfig(trace=True)`); with it off the engine builds none of this. Each round's
+record holds, per drafted token x_i: q_i(x_i) (None for lookup drafters, whose proposal is a point
+mass: q = 1), p_i(x_i) under the sampling settings, the acceptance probability min(1, p/q), the
+uniform draw u it was tested against (sampling only; greedy accepts while x_i is the argmax), and
+the verdict; then the token the target added (its correction at a rejection, drawn from the
+residual norm(max(0, p − q)), or its bonus after a full acceptance) with the top of the
+distribution it came from, and the round's timings. `specdec explain` renders it as HTML; the
+terminal colours of `specdec generate` come from the same records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+TOP_ENTRIES = 8  # entries of each distribution kept for the bar charts
+
+ACCEPTED, REJECTED, DISCARDED = "accepted", "rejected", "discarded"  # a drafted token's verdict
+
+
+@dataclass
+class TokenProb:
+    id: int
+    text: str
+    prob: float
+
+
+@dataclass
+class PositionTrace:
+    """One drafted token x_i and the test it went through."""
+
+    token: int
+    text: str
+    q: float | None  # q_i(x_i); None: a point-mass proposal (q = 1)
+    p: float  # p_i(x_i) under the sampling settings (greedy: 1 for the argmax, else 0)
+    accept_probability: float  # min(1, p/q)
+    uniform: float | None  # u, accepted when u < p/q (sampling only)
+    verdict: str  # ACCEPTED, REJECTED (the first that failed), DISCARDED (after a rejection: never tested)
+    target_top: list[TokenProb]  # the target's most probable tokens at this position
+    draft_top: list[TokenProb]  # the draft's (empty for a point-mass proposal)
+
+
+@dataclass
+class RoundTrace:
+    index: int  # 0 = the prefill
+    drafter: str | None  # None: a plain step (the prefill, or a round with nothing drafted)
+    gamma: int  # draft length the policy asked for
+    reason: str  # why the policy chose it
+    positions: list[PositionTrace]
+    accepted: int
+    next_token: int  # the target's own token: correction, bonus or plain step
+    next_text: str
+    next_kind: str  # "corrected", "bonus" or "target" (engine.CORRECTED / BONUS / TARGET)
+    next_from: str  # "residual" (norm(max(0, p − q)) at a rejection) or "target" (p)
+    next_top: list[TokenProb]  # the top of the distribution the next token came from
+    committed: list[int] = field(default_factory=list)  # what the round committed (an end of sequence, a stop or the budget can cut it)
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def kinds(self) -> list[str]:
+        """How each committed token came about: "accepted" drafts, then the target's own token."""
+        return ([ACCEPTED] * self.accepted + [self.next_kind])[:len(self.committed)]
+
+
+def top_entries(probs: torch.Tensor, tokenizer, k: int = TOP_ENTRIES) -> list[TokenProb]:
+    """probs [V] → the k most probable tokens (zero-probability entries left out)."""
+    values, ids = torch.topk(probs.float(), min(k, probs.shape[-1]))
+    return [TokenProb(int(i), token_text(tokenizer, int(i)), float(v)) for v, i in zip(values, ids) if v > 0]
+
+
+def token_text(tokenizer, token_id: int) -> str:
+    return tokenizer.decode([token_id], skip_special_tokens=False)
+
+
+def trace_round(index: int, drafter: str | None, gamma: int, reason: str, draft_tokens: list[int],
+                q: torch.Tensor | None, p: torch.Tensor, shown: torch.Tensor, greedy: bool, accepted: int,
+                next_token: int, next_kind: str, tokenizer, uniforms: torch.Tensor | None = None,
+                residual: torch.Tensor | None = None) -> RoundTrace:
+    """One round's record.
+
+    q [k, V] (None: point mass), p [k+1, V] the distributions the rule used (greedy: one-hot
+    argmax), shown [k+1, V] what the charts show (p itself, or the softmax of the logits when
+    greedy), uniforms [k] the draws (sampling), residual [V] the distribution the next token was
+    drawn from at a rejection.
+    """
+    positions = []
+    for i, x in enumerate(draft_tokens):
+        p_x = float(p[i, x])
+        q_x = None if q is None else float(q[i, x])
+        q_used = 1.0 if q_x is None else q_x  # a point-mass proposal has q(x) = 1
+        ratio = 1.0 if q_used <= 0 else p_x / q_used
+        verdict = ACCEPTED if i < accepted else REJECTED if i == accepted else DISCARDED
+        positions.append(PositionTrace(
+            token=x, text=token_text(tokenizer, x), q=q_x, p=p_x, accept_probability=min(1.0, ratio),
+            uniform=None if greedy or uniforms is None else float(uniforms[i]), verdict=verdict,
+            target_top=top_entries(shown[i], tokenizer), draft_top=[] if q is None else top_entries(q[i], tokenizer)))
+    from_residual = residual is not None and accepted < len(draft_tokens) and not greedy
+    next_dist = residual if from_residual else shown[accepted]
+    return RoundTrace(index=index, drafter=drafter, gamma=gamma, reason=reason, positions=positions, accepted=accepted,
+                      next_token=next_token, next_text=token_text(tokenizer, next_token), next_kind=next_kind,
+                      next_from="residual" if from_residual else "target", next_top=top_entries(next_dist, tokenizer))

@@ -1,0 +1,93 @@
+"""The round-by-round trace agrees with the run it records, and recording it changes nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from specdec.drafters import DraftModelDrafter, PromptLookupDrafter
+from specdec.engine import BONUS, CORRECTED, TARGET, Engine, GenerationConfig
+from specdec.runtime import load_model
+from specdec.sampling import SamplingParams
+from specdec.trace import ACCEPTED, DISCARDED, REJECTED
+
+PROMPT = [5, 9, 12, 7, 5, 9, 12, 7, 5, 9]
+
+
+@pytest.fixture(scope="module")
+def draft_model(tiny_draft_folder):
+    return load_model(str(tiny_draft_folder))
+
+
+def traced(engine, config):
+    """(the result, the kind of each committed piece as the engine tagged it)."""
+    kinds = [piece.kind for event in engine.stream(PROMPT, config) for piece in event.pieces if piece.token_ids]
+    return engine.generate(PROMPT, config), kinds
+
+
+def check_agrees_with_run(result, piece_kinds, tokenizer):
+    rounds = result.rounds
+    stats = result.stats
+    assert rounds[0].index == 0 and rounds[0].drafter is None and not rounds[0].positions
+    assert len(rounds) == stats.rounds + 1  # the prefill and every round
+    assert [t for r in rounds for t in r.committed] == result.token_ids
+    assert [k for r in rounds for k in r.kinds()] == piece_kinds  # what the terminal colours by
+    assert tokenizer.decode(result.token_ids) == result.text
+    assert sum(r.accepted for r in rounds) == stats.accepted
+    assert sum(len(r.positions) for r in rounds) == stats.drafted
+    for r in rounds:
+        verdicts = [pos.verdict for pos in r.positions]
+        assert verdicts == [ACCEPTED] * r.accepted + ([REJECTED] if r.accepted < len(verdicts) else []) + \
+            [DISCARDED] * max(0, len(verdicts) - r.accepted - 1)
+        assert r.next_kind == (TARGET if not r.positions else BONUS if r.accepted == len(r.positions) else CORRECTED)
+        assert r.committed == ([p.token for p in r.positions[:r.accepted]] + [r.next_token])[:len(r.committed)]
+
+
+def test_greedy_trace_agrees_with_the_run(tiny_target):
+    engine = Engine(tiny_target, PromptLookupDrafter(max_ngram=3, min_ngram=1))
+    result, kinds = traced(engine, GenerationConfig(max_new_tokens=40, gamma=4, trace=True, ignore_eos=True))
+    check_agrees_with_run(result, kinds, tiny_target.tokenizer)
+    assert result.stats.drafted > 0
+    for r in result.rounds:
+        for pos in r.positions:  # greedy: accepted exactly when the draft is the target's argmax
+            is_argmax = pos.target_top[0].id == pos.token
+            assert (pos.verdict == ACCEPTED) == is_argmax or pos.verdict == DISCARDED
+            assert pos.uniform is None and pos.accept_probability == (1.0 if is_argmax else 0.0)
+        assert r.next_token == r.next_top[0].id  # the target's own token is its argmax
+    plain = engine.generate(PROMPT, GenerationConfig(max_new_tokens=40, gamma=4, ignore_eos=True))
+    assert plain.token_ids == result.token_ids and plain.rounds == []  # off: nothing recorded
+
+
+def test_sampled_trace_records_the_draws_that_decided(tiny_target, draft_model):
+    engine = Engine(tiny_target, DraftModelDrafter(draft_model, tiny_target))
+    config = GenerationConfig(max_new_tokens=60, gamma=3, sampling=SamplingParams(temperature=1.0, seed=3), trace=True,
+                              ignore_eos=True)
+    result, kinds = traced(engine, config)
+    check_agrees_with_run(result, kinds, tiny_target.tokenizer)
+    rejected = 0
+    for r in result.rounds:
+        for pos in r.positions:
+            assert pos.q is not None and 0 < pos.q <= 1 and pos.draft_top
+            assert pos.accept_probability == pytest.approx(min(1.0, pos.p / pos.q), abs=1e-5)
+            if pos.verdict == ACCEPTED:
+                assert pos.uniform * pos.q < pos.p
+            elif pos.verdict == REJECTED:
+                assert pos.uniform * pos.q >= pos.p
+                rejected += 1
+        if r.next_kind == CORRECTED:
+            assert r.next_from == "residual"
+            rejected_token = r.positions[r.accepted].token
+            assert all(entry.id != rejected_token or entry.prob < 1 for entry in r.next_top)
+    assert rejected > 0 and result.stats.accepted > 0
+    untraced = engine.generate(PROMPT, GenerationConfig(max_new_tokens=60, gamma=3,
+                                                        sampling=SamplingParams(temperature=1.0, seed=3), ignore_eos=True))
+    assert untraced.token_ids == result.token_ids  # recording consumes no random draws
+
+
+def test_point_mass_drafts_are_traced_with_q_none(tiny_target):
+    engine = Engine(tiny_target, PromptLookupDrafter(max_ngram=3, min_ngram=1))
+    config = GenerationConfig(max_new_tokens=40, gamma=4, sampling=SamplingParams(temperature=0.8, seed=1), trace=True,
+                              ignore_eos=True)
+    result, kinds = traced(engine, config)
+    check_agrees_with_run(result, kinds, tiny_target.tokenizer)
+    positions = [pos for r in result.rounds for pos in r.positions]
+    assert positions and all(pos.q is None and not pos.draft_top and pos.accept_probability == pos.p for pos in positions)
