@@ -159,6 +159,7 @@ class Engine:
             raise ConfigError(f"drafter names must differ, got {names}")
         self.name = names[0] if len(names) == 1 else f"auto({','.join(names)})" if names else "none"
         self.cost_model = cost_model
+        self._last_policy: dict[tuple, AdaptivePolicy] = {}  # per (max γ, fixed γ): the latest request's policy
 
     def needs_costs(self, config: GenerationConfig) -> bool:
         """Whether this config runs the adaptive policy, which needs the cost model."""
@@ -172,12 +173,18 @@ class Engine:
         return self.cost_model
 
     def policy(self, config: GenerationConfig) -> FixedPolicy | AdaptivePolicy:
-        """A fresh policy for one request (acceptance is estimated per request)."""
+        """The policy for one request; an adaptive one starts from what the previous request with the
+        same settings learned (`AdaptivePolicy.continue_from`)."""
         if not self.needs_costs(config):
             return FixedPolicy(config.gamma)
         fixed = None if config.gamma == AUTO else config.gamma
         max_gamma = fixed or config.max_gamma
-        return AdaptivePolicy(self.costs(max_gamma), [d.name for d in self.drafters], config.max_gamma, fixed)
+        policy = AdaptivePolicy(self.costs(max_gamma), [d.name for d in self.drafters], config.max_gamma, fixed)
+        key = (config.max_gamma, fixed)
+        if key in self._last_policy:
+            policy.continue_from(self._last_policy[key])
+        self._last_policy[key] = policy
+        return policy
 
     def encode(self, prompt: str, chat: bool = True) -> list[int]:
         """Prompt text → ids: through the model's chat template (one user turn) or as raw text."""

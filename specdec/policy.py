@@ -28,7 +28,8 @@ after some twenty proposals.
 discounted by `memory` per observation; a prior (`prior`, weight 1) keeps early estimates sane, and
 a position never drafted yet takes the estimate of the position before it. A drafter passed over
 while another drafts forgets slowly towards its prior (`idle_memory`), so it is tried again when its
-old evidence has faded. None of this touches exactness: every round is verified by the
+old evidence has faded. A new request on the same engine starts from the estimates the last one
+ended with, their evidence halved (`continue_from`). None of this touches exactness: every round is verified by the
 same lossless rule whatever γ and drafter were chosen, and the choice depends only on the past.
 """
 
@@ -42,6 +43,7 @@ COOLDOWN_FIRST = 8  # plain rounds before the first probe after speculation stop
 COOLDOWN_MAX = 128
 FREE_SHARE = 0.02  # a drafter whose longest draft costs at most this share of a one-token pass is "free"
 MATCH_BUCKETS = 6  # free drafters' acceptance is kept apart by match length 0, 1, ... 6 (6 = 6 or more)
+CARRY = 0.5  # share of its evidence a request's policy passes on to the next request on the same engine
 DECISION_LOG_LIMIT = 200
 
 
@@ -73,6 +75,12 @@ class PositionAcceptance:
         """Discount all evidence (a drafter not used this round drifts back to its prior)."""
         self.accepted = [a * factor for a in self.accepted]
         self.drafted = [d * factor for d in self.drafted]
+
+    def faded_copy(self, factor: float) -> PositionAcceptance:
+        copy = PositionAcceptance(self.prior, self.memory, positions=len(self.drafted))
+        copy.accepted = [a * factor for a in self.accepted]
+        copy.drafted = [d * factor for d in self.drafted]
+        return copy
 
     def alphas(self, gamma: int) -> list[float]:
         """[α_1 .. α_γ]: each position's estimate, shrunk towards the position before (the first: the prior)."""
@@ -129,6 +137,15 @@ class AdaptivePolicy:
         self.plain_streak = 0  # rounds since speculation was last predicted to pay, or probed
         self.rounds = 0
         self.decisions: list[dict] = []  # the choices, logged when they change
+
+    def continue_from(self, earlier: AdaptivePolicy, keep: float = CARRY) -> None:
+        """Start from what an earlier request on the same engine learned (same drafters and γs), its
+        evidence discounted by `keep`: a new request begins near the acceptance seen lately instead
+        of at the prior, and its own rounds soon outweigh what it inherited."""
+        if earlier.names != self.names or earlier.gammas != self.gammas:
+            return
+        self.acceptance = [a.faded_copy(keep) for a in earlier.acceptance]
+        self.by_match = [{key: bucket.faded_copy(keep) for key, bucket in buckets.items()} for buckets in earlier.by_match]
 
     def predictions(self) -> list[tuple[float, int, int]]:
         """(S, drafter index, γ) for every candidate."""

@@ -162,3 +162,22 @@ def test_the_decision_log_records_changes_only():
     plans = run(policy, {"d": 0.0}, rounds=40)
     changes = sum(1 for a, b in zip(plans, plans[1:]) if (a.drafter, a.gamma) != (b.drafter, b.gamma))
     assert len(policy.decisions) == changes + 1
+
+
+def test_a_new_request_starts_from_what_the_last_one_learned():
+    """A drafter that lost all through one request: the next request on the same engine starts from
+    that (it does not draft in its first round), where a fresh policy would start at the prior and draft."""
+    cost_model = costs(0.0, d=0.3)
+    earlier = AdaptivePolicy(cost_model, ["d"], max_gamma=8)
+    run(earlier, {"d": 0.0}, rounds=60)
+    fresh = AdaptivePolicy(cost_model, ["d"], max_gamma=8)
+    assert fresh.choose().drafter == 0  # the prior (α 0.6) predicts a gain
+    warm = AdaptivePolicy(cost_model, ["d"], max_gamma=8)
+    warm.continue_from(earlier)
+    assert warm.choose().drafter is None  # inherited: α near 0, speculation predicted to lose
+    assert warm.acceptance[0].drafted[0] == pytest.approx(0.5 * earlier.acceptance[0].drafted[0])  # evidence halved
+    plans = run(warm, {"d": 1.0}, rounds=200, seed=1)
+    assert all(p.drafter == 0 for p in plans[-20:])  # its own rounds outweigh what it inherited
+    other = AdaptivePolicy(cost_model, ["d"], max_gamma=4)
+    other.continue_from(earlier)  # other γs: nothing inherited
+    assert other.acceptance[0].drafted == [0.0] * 4

@@ -36,7 +36,8 @@ def worked_example(row: dict, measured: dict) -> list[str]:
     lines = [
         f"{row['drafter']}: α = {alpha:.3f} (accepted / drafted), γ = {gamma} (mean proposal, rounded), "
         f"c = {c:.4f} (draft cost per token / one target pass).",
-        f"Expected tokens per pass: E = (1 − α^(γ+1)) / (1 − α) = (1 − {alpha:.3f}^{gamma + 1}) / (1 − {alpha:.3f}) = {e:.2f}.",
+        (f"Expected tokens per pass: E = (1 − α^(γ+1)) / (1 − α) = (1 − {alpha:.3f}^{gamma + 1}) / (1 − {alpha:.3f}) = {e:.2f}."
+         if alpha < 1 else f"Expected tokens per pass: with α = 1 every draft is accepted, E = γ + 1 = {e:.2f}."),
         f"Seed formula: S = E / (γc + 1) = {e:.2f} / ({gamma} × {c:.4f} + 1) = {seed:.2f}×.",
         f"Here a pass over γ + 1 = {gamma + 1} tokens costs v = {v:.2f} one-token passes: S = E / (γc + v) = "
         f"{e:.2f} / ({gamma} × {c:.4f} + {v:.2f}) = {costed:.2f}×.",
