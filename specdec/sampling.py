@@ -8,6 +8,7 @@ token that crosses the threshold is kept).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -23,11 +24,11 @@ class SamplingParams:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.temperature, (int, float)) or self.temperature < 0:
-            raise ConfigError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if not isinstance(self.temperature, (int, float)) or not math.isfinite(self.temperature) or self.temperature < 0:
+            raise ConfigError(f"temperature must be a finite number >= 0 (0 = greedy), got {self.temperature}")
         if not isinstance(self.top_k, int) or self.top_k < 0:
             raise ConfigError(f"top_k must be a whole number >= 0 (0 = off), got {self.top_k}")
-        if not 0 < self.top_p <= 1:
+        if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
             raise ConfigError(f"top_p must be in (0, 1] (1 = off), got {self.top_p}")
 
     @property
@@ -49,7 +50,10 @@ def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tenso
     logits = logits.float()
     if params.greedy:
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
-    logits = logits / params.temperature
+    # Shifted so the largest is 0 before dividing, and the temperature kept representable in float32: a
+    # tiny temperature then sends the rest to -inf (the argmax limit), never to inf - inf = nan.
+    temperature = max(params.temperature, torch.finfo(logits.dtype).tiny)
+    logits = (logits - logits.amax(-1, keepdim=True)) / temperature
     if params.top_k and params.top_k < logits.shape[-1]:
         kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]  # [..., 1]
         logits = logits.masked_fill(logits < kth, float("-inf"))

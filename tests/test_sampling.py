@@ -37,8 +37,21 @@ def test_greedy_is_a_point_mass_on_the_argmax():
     assert probs.tolist() == [[0.0, 1.0, 0.0, 0.0]]  # ties go to the lowest id
 
 
+@pytest.mark.parametrize("temperature", [1e-6, 1e-40, 1e-300])
+def test_a_tiny_temperature_tends_to_the_argmax_without_overflow(temperature):
+    """Found by the server's fuzz test: logits / 1e-124 overflowed to inf and softmax gave nan."""
+    logits = torch.tensor([[0.1, 3.0, 3.0, -1.0], [5.0, -2.0, 1.0, 4.999]])
+    for params in (SamplingParams(temperature=temperature), SamplingParams(temperature=temperature, top_p=0.9, top_k=3)):
+        probs = logits_to_probs(logits, params)
+        assert torch.isfinite(probs).all()
+        assert probs[0].tolist() == [0.0, 0.5, 0.5, 0.0]  # the tied maxima share the mass
+        assert probs[1, 0] == 1.0 or temperature == 1e-6 and probs[1, 0] > 0.99
+
+
 @pytest.mark.parametrize("kwargs,message", [
     ({"temperature": -0.1}, "temperature"),
+    ({"temperature": float("nan")}, "temperature"),
+    ({"temperature": float("inf")}, "temperature"),
     ({"top_p": 0.0}, "top_p"),
     ({"top_p": 1.5}, "top_p"),
     ({"top_k": -1}, "top_k"),

@@ -257,6 +257,7 @@ def test_full_queue_answers_429_and_a_departed_client_frees_its_place(chat_folde
                     wait_for(lambda: health()["waiting"] == 1)
                     busy = httpx.post(server.url + "/v1/completions", json=body)
                     assert busy.status_code == 429 and "busy" in busy.json()["error"]["message"]
+                    assert busy.headers["retry-after"] == "1"
                 # the waiting client left: its place is free at once, while the first still runs
                 wait_for(lambda: health()["waiting"] == 0)
                 assert health()["running"] == 1

@@ -121,7 +121,8 @@ function renderBars(r) {
     return;
   }
   const p = r.positions[focus];
-  $('bars-title').textContent = 'Position ' + (focus + 1) + ', draft ' + show(p.text) + ': p (blue) and q (orange)';
+  $('bars-title').textContent = 'Position ' + (focus + 1) + ', draft ' + show(p.text) + ': ' +
+    (data.greedy ? 'target softmax (blue; greedy accepts only the argmax)' : 'p (blue)') + ' and q (orange)';
   const ids = new Map();
   p.target_top.forEach(t => ids.set(t.id, {text: t.text, p: t.prob, q: null}));
   p.draft_top.forEach(t => { const e = ids.get(t.id) || {text: t.text, p: null, q: null}; e.q = t.prob; ids.set(t.id, e); });

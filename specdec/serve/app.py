@@ -48,6 +48,9 @@ class ServeSettings:
     max_gamma: int = 8
 
 
+RETRY_AFTER_SECONDS = 1  # what a 429 tells the client to wait
+
+
 class ApiError(Exception):
     def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None,
                  kind: str = "invalid_request_error") -> None:
@@ -57,7 +60,9 @@ class ApiError(Exception):
 
 def error_response(status: int, message: str, code: str | None = None, param: str | None = None,
                    kind: str = "invalid_request_error") -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status_code=status)
+    headers = {"Retry-After": str(RETRY_AFTER_SECONDS)} if status == 429 else None
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status_code=status,
+                        headers=headers)
 
 
 @dataclass
@@ -68,7 +73,7 @@ class Service:
     drafters: list[Drafter]
     settings: ServeSettings
     metrics: ServerMetrics = field(default_factory=ServerMetrics)
-    scheduler: Scheduler = None
+    scheduler: Scheduler | None = None  # made from settings.max_pending when not given
     _engines: dict[tuple[str, ...], Engine] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

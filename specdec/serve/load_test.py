@@ -2,7 +2,8 @@
 
 Each prompt is first asked once, not streamed, greedy: that answer is the reference. Then `clients`
 concurrent clients stream greedy requests for the prompts in turn until `requests` have completed;
-a request answered 429 (the queue is full) waits a moment and is sent again, and is counted. Every
+a request answered 429 (the queue is full) is counted and sent again after a back-off (0.1 s,
+doubling up to the server's Retry-After, with jitter). Every
 streamed answer must equal its prompt's reference, text and token count alike: a lost, duplicated
 or reordered token shows up as a mismatch. Loopback servers only: it is a test, not a weapon.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -21,7 +23,7 @@ import httpx
 from specdec.errors import SpecdecError
 from specdec.serve.command import is_loopback
 
-RETRY_SECONDS = 0.05
+FIRST_RETRY_SECONDS = 0.1  # a 429 is retried after this, doubling up to the server's Retry-After, with jitter
 
 
 @dataclass
@@ -57,12 +59,15 @@ async def _reference(client: httpx.AsyncClient, model: str, prompt: str, max_tok
 
 
 async def _stream_once(client, model, prompt, max_tokens) -> tuple[int, str, int | None, float | None, str]:
-    """(status, text, completion tokens, seconds to first text, error text) of one streamed request."""
+    """(status, text, completion tokens, seconds to first text, error text or a 429's Retry-After) of one
+    streamed request."""
     start = time.perf_counter()
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
             "stream_options": {"include_usage": True}}
     texts, tokens, first = [], None, None
     async with client.stream("POST", "/v1/completions", json=body) as response:
+        if response.status_code == 429:
+            return 429, "", None, None, response.headers.get("retry-after", "1")
         if response.status_code != 200:
             return response.status_code, "", None, None, (await response.aread()).decode()[:300]
         async for line in response.aiter_lines():
@@ -104,13 +109,15 @@ async def run_load_test(base_url: str, model: str, prompts: list[str], clients: 
                 number = next_request
                 next_request += 1
                 prompt_index = number % len(prompts)
+                wait = FIRST_RETRY_SECONDS
                 while True:
                     sent = time.perf_counter()
                     status, text, tokens, first, error = await _stream_once(client, model, prompts[prompt_index], max_tokens)
                     if status != 429:
                         break
                     result.busy_answers += 1
-                    await asyncio.sleep(RETRY_SECONDS)
+                    await asyncio.sleep(wait * random.uniform(0.5, 1.5))
+                    wait = min(2 * wait, float(error or 1))
                 if status != 200 or error:
                     result.errors.append(f"request {number}: {status} {error}")
                     continue
