@@ -135,8 +135,8 @@ def test_text_completions_with_ids_stop_strings_and_seeded_sampling(client):
         model=MODEL, prompt=PROMPT, max_tokens=20, temperature=0, stop=[stop], stream=True))
     assert streamed == stopped.choices[0].text
     one, two = (client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=20, temperature=1.0, top_p=0.9, seed=7,
-                                          extra_body={"speculation": {"drafter": "ngram"}}) for _ in range(2))
-    assert one.choices[0].text == two.choices[0].text  # the same seed and drafter repeat a sampled answer
+                                          extra_body={"speculation": {"drafter": "ngram", "gamma": 3}}) for _ in range(2))
+    assert one.choices[0].text == two.choices[0].text  # the same seed and drafting repeat a sampled answer
 
 
 def test_per_request_speculation(client):
