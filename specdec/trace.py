@@ -13,6 +13,7 @@ terminal colours of `specdec generate` come from the same records.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 
 import torch
 
@@ -70,13 +71,17 @@ class RoundTrace:
         return ([ACCEPTED] * self.accepted + [self.next_kind])[:len(self.committed)]
 
 
-def top_entries(probs: torch.Tensor, tokenizer, k: int = TOP_ENTRIES) -> list[TokenProb]:
-    """probs [V] → the k most probable tokens (zero-probability entries left out)."""
-    values, ids = torch.topk(probs.float(), min(k, probs.shape[-1]))
-    return [TokenProb(int(i), token_text(tokenizer, int(i)), float(v)) for v, i in zip(values, ids) if v > 0]
+def top_entries(probs: torch.Tensor, tokenizer, k: int = TOP_ENTRIES) -> list[list[TokenProb]]:
+    """probs [R, V] → per row the k most probable tokens (zero-probability entries left out); one
+    top-k call and one transfer to Python for all rows."""
+    values, ids = torch.topk(probs.float(), min(k, probs.shape[-1]), dim=-1)  # [R, k]
+    return [[TokenProb(i, token_text(tokenizer, i), v) for v, i in zip(row_values, row_ids) if v > 0]
+            for row_values, row_ids in zip(values.tolist(), ids.tolist())]
 
 
+@lru_cache(maxsize=1 << 17)
 def token_text(tokenizer, token_id: int) -> str:
+    """One token's text (cached: a round shows dozens of tokens, and decoding each costs more than the rest of the trace)."""
     return tokenizer.decode([token_id], skip_special_tokens=False)
 
 
@@ -91,19 +96,23 @@ def trace_round(index: int, drafter: str | None, gamma: int, reason: str, draft_
     greedy), uniforms [k] the draws (sampling), residual [V] the distribution the next token was
     drawn from at a rejection.
     """
+    k = len(draft_tokens)
+    from_residual = residual is not None and accepted < k and not greedy
+    next_dist = residual if from_residual else shown[accepted]
+    target_tops = top_entries(torch.cat([shown[:k], next_dist[None]]), tokenizer)  # k positions, then the next token's
+    draft_tops = top_entries(q[:k], tokenizer) if q is not None and k else [[] for _ in range(k)]
+    p_drafts = p[torch.arange(k), torch.tensor(draft_tokens, dtype=torch.long)].tolist() if k else []
+    q_drafts = q[torch.arange(k), torch.tensor(draft_tokens, dtype=torch.long)].tolist() if q is not None and k else [None] * k
+    u_drafts = uniforms[:k].tolist() if uniforms is not None and not greedy else [None] * k
     positions = []
     for i, x in enumerate(draft_tokens):
-        p_x = float(p[i, x])
-        q_x = None if q is None else float(q[i, x])
+        p_x, q_x = p_drafts[i], q_drafts[i]
         q_used = 1.0 if q_x is None else q_x  # a point-mass proposal has q(x) = 1
         ratio = 1.0 if q_used <= 0 else p_x / q_used
         verdict = ACCEPTED if i < accepted else REJECTED if i == accepted else DISCARDED
         positions.append(PositionTrace(
-            token=x, text=token_text(tokenizer, x), q=q_x, p=p_x, accept_probability=min(1.0, ratio),
-            uniform=None if greedy or uniforms is None else float(uniforms[i]), verdict=verdict,
-            target_top=top_entries(shown[i], tokenizer), draft_top=[] if q is None else top_entries(q[i], tokenizer)))
-    from_residual = residual is not None and accepted < len(draft_tokens) and not greedy
-    next_dist = residual if from_residual else shown[accepted]
+            token=x, text=token_text(tokenizer, x), q=q_x, p=p_x, accept_probability=min(1.0, ratio), uniform=u_drafts[i],
+            verdict=verdict, target_top=target_tops[i], draft_top=draft_tops[i]))
     return RoundTrace(index=index, drafter=drafter, gamma=gamma, reason=reason, positions=positions, accepted=accepted,
                       next_token=next_token, next_text=token_text(tokenizer, next_token), next_kind=next_kind,
-                      next_from="residual" if from_residual else "target", next_top=top_entries(next_dist, tokenizer))
+                      next_from="residual" if from_residual else "target", next_top=target_tops[k])
