@@ -31,14 +31,8 @@ from specdec.runtime.loading import LanguageModel
 from specdec.runtime.tokenizer import IncrementalDetokenizer
 from specdec.sampling import SamplingParams, logits_to_probs, sample
 from specdec.stats import GenerationStats
-from specdec.trace import RoundTrace, trace_round
+from specdec.trace import ACCEPTED, BONUS, CORRECTED, TARGET, RoundTrace, trace_round
 from specdec.verify import speculative_sample, verify_greedy
-
-# How a committed token came about (the terminal view colours them apart).
-TARGET = "target"  # a plain target step: the prefill's token, or a round with nothing drafted
-ACCEPTED = "accepted"  # a drafted token the target accepted
-CORRECTED = "corrected"  # the target's replacement for the first rejected draft
-BONUS = "bonus"  # the target's extra token after all drafts were accepted
 
 PLAIN_ROUND = RoundPlan(None, 0, 1.0, "no drafter")
 PREFILL = RoundPlan(None, 0, 1.0, "the prefill: one pass over the prompt gives the first token")
@@ -250,7 +244,7 @@ class Engine:
         stats.target_passes = 1
         stats.prefill_seconds = time.perf_counter() - started
         pieces, done = commit([first], [TARGET])
-        rounds = [self._trace(0, None, PREFILL, [], None, logits[0], params, 0, first, TARGET, pieces, {},
+        rounds = [self._trace(0, None, PREFILL, [], None, logits[0], None, params, 0, first, TARGET, pieces, {},
                               stats.prefill_seconds, 0.0)] if config.trace else []
         if not done:  # stream the first token at once: time to first token is the prefill's
             stats.total_seconds = stats.prefill_seconds
@@ -278,6 +272,7 @@ class Engine:
             # 3. accept
             draft_ids = block[:, 1:]  # [1, k]
             details = {} if config.trace else None  # the draws and the residual, for the trace
+            p = None
             if params.greedy:
                 num_accepted, next_token = verify_greedy(draft_ids, logits)
             else:
@@ -296,8 +291,9 @@ class Engine:
             stats.record_round(len(draft), n, drafter=drafter.name if drafter else "plain", gamma=plan.gamma,
                                committed=len(new_pieces), draft_seconds=t1 - t0, verify_seconds=t2 - t1)
             if config.trace:
-                rounds.append(self._trace(stats.rounds, drafter, plan, draft.tokens, draft.q, logits[0], params, n,
-                                          int(next_token), kinds[-1], new_pieces, details, t1 - t0, t2 - t1))
+                rounds.append(self._trace(stats.rounds, drafter, plan, draft.tokens, draft.q, logits[0],
+                                          None if p is None else p[0], params, n, int(next_token), kinds[-1],
+                                          new_pieces, details, t1 - t0, t2 - t1))
             pieces += new_pieces
             if not done:
                 stats.total_seconds = time.perf_counter() - started
@@ -316,10 +312,13 @@ class Engine:
         yield StreamEvent(pieces, stats, done=True, rounds=rounds)
 
     def _trace(self, index: int, drafter: Drafter | None, plan: RoundPlan, draft_tokens: list[int],
-               q: torch.Tensor | None, logits: torch.Tensor, params: SamplingParams, accepted: int, next_token: int,
-               next_kind: str, pieces: list[Piece], details: dict, draft_seconds: float, verify_seconds: float) -> RoundTrace:
-        """The record of one round; logits [k+1, V] of its pass (the prefill: [1, V])."""
-        p = logits_to_probs(logits, params)  # [k+1, V], what the rule used (greedy: one-hot argmax)
+               q: torch.Tensor | None, logits: torch.Tensor, p: torch.Tensor | None, params: SamplingParams,
+               accepted: int, next_token: int, next_kind: str, pieces: list[Piece], details: dict,
+               draft_seconds: float, verify_seconds: float) -> RoundTrace:
+        """The record of one round; logits [k+1, V] of its pass (the prefill: [1, V]) and p [k+1, V] as the
+        acceptance rule computed it (None where the rule did not: greedy rounds and the prefill)."""
+        if p is None:
+            p = logits_to_probs(logits, params)  # [k+1, V] (greedy: one-hot argmax)
         shown = torch.softmax(logits.float(), -1) if params.greedy else p  # [k+1, V], what the charts show
         uniforms, residual = details.get("uniforms"), details.get("residual")
         record = trace_round(index, drafter.name if drafter else None, plan.gamma, plan.reason, draft_tokens, q, p, shown,

@@ -78,8 +78,8 @@ class PositionAcceptance:
 
     def faded_copy(self, factor: float) -> PositionAcceptance:
         copy = PositionAcceptance(self.prior, self.memory, positions=len(self.drafted))
-        copy.accepted = [a * factor for a in self.accepted]
-        copy.drafted = [d * factor for d in self.drafted]
+        copy.accepted, copy.drafted = list(self.accepted), list(self.drafted)
+        copy.fade(factor)
         return copy
 
     def alphas(self, gamma: int) -> list[float]:

@@ -19,7 +19,13 @@ import torch
 
 TOP_ENTRIES = 8  # entries of each distribution kept for the bar charts
 
-ACCEPTED, REJECTED, DISCARDED = "accepted", "rejected", "discarded"  # a drafted token's verdict
+# How a committed token came about (the terminal and the explain page colour them apart).
+TARGET = "target"  # a plain target step: the prefill's token, or a round with nothing drafted
+ACCEPTED = "accepted"  # a drafted token the target accepted (also that token's verdict)
+CORRECTED = "corrected"  # the target's replacement for the first rejected draft
+BONUS = "bonus"  # the target's extra token after all drafts were accepted
+
+REJECTED, DISCARDED = "rejected", "discarded"  # the other verdicts of a drafted token (ACCEPTED above)
 
 
 @dataclass
@@ -54,7 +60,7 @@ class RoundTrace:
     accepted: int
     next_token: int  # the target's own token: correction, bonus or plain step
     next_text: str
-    next_kind: str  # "corrected", "bonus" or "target" (engine.CORRECTED / BONUS / TARGET)
+    next_kind: str  # CORRECTED, BONUS or TARGET
     next_from: str  # "residual" (norm(max(0, p − q)) at a rejection) or "target" (p)
     next_top: list[TokenProb]  # the top of the distribution the next token came from
     committed: list[int] = field(default_factory=list)  # what the round committed (an end of sequence, a stop or the budget can cut it)
@@ -64,7 +70,7 @@ class RoundTrace:
     verify_seconds: float = 0.0
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "kinds": self.kinds()}
 
     def kinds(self) -> list[str]:
         """How each committed token came about: "accepted" drafts, then the target's own token."""

@@ -30,6 +30,7 @@ def test_page_data_agrees_with_the_run(tiny_target):
     data = page_data(tiny_target)
     rounds, summary = data["rounds"], data["summary"]
     assert "".join(t for r in rounds for t in r["texts"] + [r["tail"]]) == data["text"]
+    assert all(len(r["kinds"]) == len(r["committed"]) == len(r["texts"]) for r in rounds)  # what the page colours by
     assert len(rounds) == summary["rounds"] + 1 and summary["new_tokens"] == 30
     assert sum(r["accepted"] for r in rounds) == summary["accepted"]
     assert sum(len(r["positions"]) for r in rounds) == summary["drafted"] > 0

@@ -60,13 +60,11 @@ const el = (tag, attrs, text) => { const e = document.createElement(tag); Object
 const fmt = (x, d) => (x === null || x === undefined) ? '–' : Number(x).toFixed(d === undefined ? 3 : d);
 const show = (t) => JSON.stringify(t).slice(1, -1);
 
-function kindsOf(r) { const k = []; for (let i = 0; i < r.committed.length; i++) k.push(i < r.accepted ? 'accepted' : r.next_kind); return k; }
-
 function renderText() {
   const box = $('text'); box.textContent = '';
   box.appendChild(el('span', {className: 'prompt'}, data.prompt_text));
   for (let i = 0; i <= current; i++) {
-    const r = rounds[i], kinds = kindsOf(r);
+    const r = rounds[i], kinds = r.kinds;
     r.texts.forEach((t, j) => {
       if (i === current && j === r.accepted) {  // the drafts the target turned down, struck through
         r.positions.slice(r.accepted).forEach(p => box.appendChild(el('span', {className: 'ghost ' + p.verdict,
