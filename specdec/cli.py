@@ -308,12 +308,12 @@ def cmd_costs(args, console) -> int:
     with console.status("measuring the cost model on this machine" if args.remeasure else "reading the cost model"):
         costs = load_or_measure(target, engine.drafters, args.max_gamma, remeasure=args.remeasure)
     engine.cost_model = costs
-    one = costs.target_pass(1)
+    one = costs.measured_pass(1)
     table = Table(title=f"target passes: {target.name} on {costs.description['machine']['processor']}")
     for col in ("tokens scored", "ms", "× one-token pass"):
         table.add_column(col, justify="right")
     for size in sorted(costs.pass_seconds):
-        table.add_row(str(size), f"{costs.pass_seconds[size] * 1000:.2f}", f"{costs.target_pass(size) / one:.2f}")
+        table.add_row(str(size), f"{costs.pass_seconds[size] * 1000:.2f}", f"{costs.measured_pass(size) / one:.2f}")
     console.print(table)
     drafts = Table(title="draft cost: per proposal + per drafted token")
     for col in ("drafter", "per proposal (ms)", "per token (ms)", "c = per token / T(1)"):

@@ -6,7 +6,14 @@
 
 The seed formula charges a verification pass the same as a one-token pass; on a CPU it is not (on
 the reference machine a pass over 2 tokens costs 1.46 one-token passes, over 8 about 2:
-docs/bench/costs-output.txt), so the policy uses the measured curve. Measuring takes a few seconds; the result is cached as JSON under
+docs/bench/costs-output.txt), so the policy uses the measured curve.
+
+The curve is measured once, at one context length, in a tight loop; a real round also pays for
+acceptance, commit and detokenizing, at the request's own context length. In the 30-prompt benchmark
+a round verifying 3.3 tokens cost 1.28 plain rounds where the curve said 1.8. So the engine reports
+the time of every round it runs (`observe_round`), and `target_pass` scales the measured T(k) by a
+running ratio observed / measured for that k (`PassCalibration`): the shape comes from the
+measurement until the run's own rounds say otherwise. Measuring takes a few seconds; the result is cached as JSON under
 `$SPECDEC_COSTS_DIR` (default: `<specdec cache>/costs`), keyed by the machine (CPU or GPU model,
 threads, torch version), the model (its config and weight files), device, dtype and runtime. Draft
 costs are keyed by drafter name and measured the first time a drafter is used.
@@ -42,14 +49,57 @@ class DraftCost:
         return self.per_call + self.per_token * gamma if gamma else 0.0
 
 
+CALIBRATION_MEMORY = 0.97  # weight an observed round keeps per later observation of the same k
+CALIBRATION_PRIOR = 3.0  # observations' worth of weight the measured curve keeps for each k
+RATIO_LIMITS = (0.25, 4.0)  # an observed / measured ratio outside this is clipped (a stall, a page fault)
+
+
+@dataclass
+class PassCalibration:
+    """Running ratio (observed round seconds) / (measured T(k)) for each k, forgetting slowly.
+
+    ratio(k) = (Σ_k discounted ratios + CALIBRATION_PRIOR · r̄) / (discounted count_k + CALIBRATION_PRIOR),
+    where r̄ is the same running ratio over all k (1 before any observation): a k never observed
+    takes the overall correction, and a few rounds of its own move it towards what they show."""
+
+    per_size: dict[int, list[float]] = field(default_factory=dict)  # k → [discounted Σ ratio, discounted count]
+    overall: list[float] = field(default_factory=lambda: [0.0, 0.0])
+
+    def observe(self, tokens: int, ratio: float) -> None:
+        ratio = min(max(ratio, RATIO_LIMITS[0]), RATIO_LIMITS[1])
+        for total in (self.per_size.setdefault(tokens, [0.0, 0.0]), self.overall):
+            total[0] = total[0] * CALIBRATION_MEMORY + ratio
+            total[1] = total[1] * CALIBRATION_MEMORY + 1
+
+    def ratio(self, tokens: int) -> float:
+        overall = (self.overall[0] + CALIBRATION_PRIOR) / (self.overall[1] + CALIBRATION_PRIOR)
+        ratio_sum, count = self.per_size.get(tokens, (0.0, 0.0))
+        return (ratio_sum + CALIBRATION_PRIOR * overall) / (count + CALIBRATION_PRIOR)
+
+    @property
+    def observations(self) -> float:
+        return self.overall[1]
+
+
 @dataclass
 class CostModel:
     pass_seconds: dict[int, float]  # tokens scored → median seconds of a target pass
     draft_costs: dict[str, DraftCost] = field(default_factory=dict)
     key: str = ""
     description: dict = field(default_factory=dict)  # machine, model, when measured
+    calibration: PassCalibration = field(default_factory=PassCalibration)  # from real rounds; never cached
+    calibrate: bool = True  # False: T(k) stays as measured, so the policy's choices do not depend on timing
 
     def target_pass(self, tokens: int) -> float:
+        """T(tokens): the measured curve scaled by what real rounds of this size cost (`PassCalibration`)."""
+        return self.measured_pass(tokens) * self.calibration.ratio(tokens)
+
+    def observe_round(self, tokens: int, seconds: float) -> None:
+        """A round that verified `tokens` tokens (1: a plain step) took `seconds`, draft excluded."""
+        if self.calibrate and seconds > 0:
+            self.calibration.observe(tokens, seconds / self.measured_pass(tokens))
+
+    def measured_pass(self, tokens: int) -> float:
         """T(tokens) as measured (not smoothed: on a CPU, GEMM kernels make some sizes genuinely
         cheaper than smaller ones); past the measured sizes, extended linearly."""
         sizes = sorted(self.pass_seconds)

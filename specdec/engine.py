@@ -7,8 +7,8 @@
     4. commit:  the target cache keeps what was accepted (a chain rollback only moves its length);
                 tokens are committed one at a time, so an end-of-sequence token, a stop string or the
                 token budget inside a round ends the output exactly where plain decoding would;
-    5. record:  the policy sees how many were accepted; passes, drafted / accepted per position and
-                per drafter, times; the text streams out.
+    5. record:  the policy sees how many were accepted, the cost model how long the pass took;
+                passes, drafted / accepted per position and per drafter, times; the text streams out.
 
 Plain decoding is the same loop with no drafter (γ = 0 every round), so the baseline shares every
 line of code except drafting. Invariant between rounds: the target cache holds every committed
@@ -288,6 +288,8 @@ class Engine:
             # 5. record
             if policy:
                 policy.observe(plan, len(draft), n, draft.match_length)
+            if self.cost_model is not None:  # what this round's pass really cost corrects T(k) for the policy
+                self.cost_model.observe_round(len(draft) + 1, t2 - t1)
             stats.record_round(len(draft), n, drafter=drafter.name if drafter else "plain", gamma=plan.gamma,
                                committed=len(new_pieces), draft_seconds=t1 - t0, verify_seconds=t2 - t1)
             if config.trace:

@@ -65,6 +65,32 @@ def test_pass_cost_interpolation_and_extrapolation():
     assert CostModel({1: 2.0, 2: 1.0}).target_pass(4) == 1.0  # never extrapolated downwards
 
 
+def test_rounds_observed_correct_the_measured_curve():
+    costs = CostModel({1: 1.0, 2: 1.5, 4: 2.0, 5: 1.8})
+    assert costs.target_pass(4) == costs.measured_pass(4) == 2.0  # nothing observed: as measured
+    for _ in range(200):  # real plain steps cost 1.3, real 4-token rounds 2.4 (T(4)/T(1): 2.0 measured, 1.85 real)
+        costs.observe_round(1, 1.3)
+        costs.observe_round(4, 2.4)
+    assert costs.target_pass(1) == pytest.approx(1.3, rel=0.01)
+    assert costs.target_pass(4) == pytest.approx(2.4, rel=0.01)
+    # a size never observed takes the overall correction (here the mean ratio, (1.3 + 1.2) / 2)
+    assert costs.target_pass(2) == pytest.approx(1.5 * 1.25, rel=0.03)
+    assert costs.measured_pass(4) == 2.0 and "calibration" not in costs.to_json()  # never cached
+    costs.observe_round(1, 1e6)  # a stall is clipped to 4× the measured time, one observation of ~33
+    assert costs.target_pass(1) < 1.45
+    costs.observe_round(1, 0.0)  # a zero-time round (a clock without resolution) is ignored
+    assert costs.calibration.per_size[1][1] == pytest.approx(sum(0.97 ** i for i in range(201)))
+
+
+def test_calibration_forgets_what_the_machine_no_longer_does():
+    costs = CostModel({1: 1.0, 2: 1.5})
+    for _ in range(100):
+        costs.observe_round(2, 3.0)
+    for _ in range(150):
+        costs.observe_round(2, 1.5)
+    assert costs.target_pass(2) == pytest.approx(1.5, rel=0.05)
+
+
 def test_breakdown_arithmetic_on_hand_made_stats():
     stats = GenerationStats(drafter="ngram")
     # 10 rounds: 6 drafted 3 tokens (accepting 2, 2, 1, 0, 3, 3 → 11), 4 drafted none

@@ -56,7 +56,8 @@ def synthetic_costs(pool: list, draft_cost: float) -> CostModel:
     policy asks them every round and trims what they propose), model drafters `draft_cost` per token."""
     lookups = (PromptLookupDrafter, SuffixDrafter)
     return CostModel({k: 1 + 0.2 * (k - 1) for k in range(1, 10)},
-                     {d.name: DraftCost(0.0, 0.0 if isinstance(d, lookups) else draft_cost) for d in pool})
+                     {d.name: DraftCost(0.0, 0.0 if isinstance(d, lookups) else draft_cost) for d in pool},
+                     calibrate=False)
 
 
 def auto_engine(target, draft_model, draft_cost: float = 0.02) -> Engine:
@@ -161,6 +162,19 @@ def test_text_assembler_holds_back_a_possible_stop_string():
     assert assembler.push(5) == "cdf"  # not the stop string after all: released
     assert assembler.push(2) == "" and assembler.push(3) == "" and assembler.push(4) == ""
     assert assembler.stopped and assembler.text == "abcdf"
+
+
+def test_rounds_calibrate_the_cost_model(tiny_target):
+    """Every round's pass time reaches the cost model (plain steps as k = 1); a frozen model ignores them."""
+    pool = [PromptLookupDrafter()]
+    costs = CostModel({k: 1e-3 * (1 + 0.2 * (k - 1)) for k in range(1, 10)}, {"ngram": DraftCost(0.0, 0.0)})
+    result = Engine(tiny_target, pool, cost_model=costs).generate(PROMPT, GenerationConfig(max_new_tokens=40, ignore_eos=True))
+    assert costs.calibration.observations == pytest.approx(sum(0.97 ** i for i in range(result.stats.rounds)))
+    sizes = {k for k in costs.calibration.per_size}
+    assert 1 in sizes and sizes <= set(range(1, 10))
+    frozen = synthetic_costs(pool, 0.0)
+    Engine(tiny_target, pool, cost_model=frozen).generate(PROMPT, GenerationConfig(max_new_tokens=40, ignore_eos=True))
+    assert frozen.calibration.observations == 0 and frozen.target_pass(3) == frozen.measured_pass(3)
 
 
 def test_a_fixed_seed_repeats_a_sampled_run(tiny_target, draft_model):
