@@ -36,7 +36,7 @@ def gamma_arg(text: str) -> int | str:
 def _target_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="smollm2-135m", help="built-in name, Hugging Face folder or .gguf file (default: smollm2-135m)")
     p.add_argument("--drafter", default="ngram",
-                   help="none | ngram[:N] | draft:MODEL | early:L | suffix[:CORPUS] | auto[:A,B,...] (default: ngram)")
+                   help="none | ngram[:N] | draft:MODEL | early:L | suffix[:CORPUS] | eagle[:PATH] | auto[:A,B,...] (default: ngram)")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default: cpu)")
     p.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16 (default: float32)")
     p.add_argument("--runtime", default="lean", help="lean | transformers (default: lean)")
@@ -101,6 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     load = sub.add_parser("load-test", help="many concurrent streaming clients against a running server, every answer checked")
     add_load_test_arguments(load)
+
+    from specdec.train.command import add_arguments as add_train_arguments
+
+    train = sub.add_parser("train", help="train a drafting head (eagle) on the target's own answers")
+    add_train_arguments(train)
     return parser
 
 
@@ -351,7 +356,13 @@ def cmd_load_test(args, console) -> int:
     return run_load_test_command(args, console)
 
 
-COMMANDS = {"generate": cmd_generate, "chat": cmd_chat, "plan": cmd_plan, "costs": cmd_costs, "bench": cmd_bench,
+def cmd_train(args, console) -> int:
+    from specdec.train.command import run
+
+    return run(args, console)
+
+
+COMMANDS = {"train": cmd_train, "generate": cmd_generate, "chat": cmd_chat, "plan": cmd_plan, "costs": cmd_costs, "bench": cmd_bench,
             "serve": cmd_serve, "load-test": cmd_load_test, "explain": cmd_explain}
 
 

@@ -207,8 +207,11 @@ def measure_draft_cost(model, drafter, context: int, max_gamma: int, repeats: in
     tokens = (block * (context // len(block) + 1))[:context]
     max_len = context + max_gamma + 1
     cache = net.new_cache(max_len)
-    net.forward(torch.tensor([tokens[:-1]], device=net.device), cache)  # every token but the last
     drafter.begin(tokens, max_len, cache)
+    if getattr(drafter, "wants_features", False):  # EAGLE, Medusa: the features of every token but the last
+        drafter.accept_features(net.forward(torch.tensor([tokens[:-1]], device=net.device), cache, return_hidden=True)[1][0])
+    else:
+        net.forward(torch.tensor([tokens[:-1]], device=net.device), cache)  # every token but the last
     greedy = SamplingParams()
     generator = greedy.generator(net.device)
 

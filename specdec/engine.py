@@ -239,7 +239,8 @@ class Engine:
         cache = net.new_cache(max_len)
         for drafter in self.drafters:
             drafter.begin(prompt_ids, max_len, cache)
-        logits = net.forward(torch.tensor([prompt_ids], device=device), cache, last_only=True)  # [1, 1, V]
+        readers = [d for d in self.drafters if getattr(d, "wants_features", False)]  # EAGLE, Medusa: read features
+        logits, _ = self._target_pass(torch.tensor([prompt_ids], device=device), cache, readers, last_only=True)  # [1, 1, V]
         first = self._pick(logits[:, -1], params, generator)
         stats.target_passes = 1
         stats.prefill_seconds = time.perf_counter() - started
@@ -268,7 +269,7 @@ class Engine:
             t1 = time.perf_counter()
             # 2. verify: one pass over the last committed token and the drafts
             block = torch.tensor([[tokens[-1], *draft.tokens]], device=device)  # [1, k+1]
-            logits = net.forward(block, cache)  # [1, k+1, V]
+            logits, hidden = self._target_pass(block, cache, readers)  # [1, k+1, V], [1, k+1, hidden] or None
             # 3. accept
             draft_ids = block[:, 1:]  # [1, k]
             details = {} if config.trace else None  # the draws and the residual, for the trace
@@ -282,6 +283,8 @@ class Engine:
             n = int(num_accepted)
             # 4. commit: keep the last committed token and the accepted drafts in the cache
             cache.truncate(committed_len + 1 + n)
+            for reader in readers:  # their features are now those of committed tokens
+                reader.accept_features(hidden[0, : n + 1])
             kinds = [ACCEPTED] * n + [TARGET if not draft.tokens else BONUS if n == len(draft) else CORRECTED]
             new_pieces, done = commit(draft.tokens[:n] + [int(next_token)], kinds)
             t2 = time.perf_counter()
@@ -312,6 +315,20 @@ class Engine:
         stats.new_tokens = generated
         stats.total_seconds = time.perf_counter() - started
         yield StreamEvent(pieces, stats, done=True, rounds=rounds)
+
+    def _target_pass(self, ids: torch.Tensor, cache, readers: list,
+                     last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One target pass over ids [1, T] -> logits [1, T, V] ([1, 1, V] when last_only), and the final
+        hidden states [1, T, hidden] when drafters read features (else None). After the prefill every
+        prompt token is committed, so its feature goes to those drafters here; after a verification
+        pass the caller hands over the features of the tokens it committed."""
+        if not readers:
+            return self.target.net.forward(ids, cache, last_only=last_only), None
+        logits, hidden = self.target.net.forward(ids, cache, last_only=last_only, return_hidden=True)
+        if last_only:
+            for reader in readers:
+                reader.accept_features(hidden[0])
+        return logits, hidden
 
     def _trace(self, index: int, drafter: Drafter | None, plan: RoundPlan, draft_tokens: list[int],
                q: torch.Tensor | None, logits: torch.Tensor, p: torch.Tensor | None, params: SamplingParams,

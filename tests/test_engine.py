@@ -3,7 +3,7 @@
 Whole-generation distribution test: the target samples with temperature 1 and top-k = 3, so the
 first 4 new tokens have 3^4 = 81 possible values, whose exact probabilities come from the target by
 enumeration (40 forward passes). 3,000 seeded generations of 4 tokens are run with plain sampling,
-prompt lookup, the draft model, early exit and suffix drafting (γ = 3), and with the adaptive policy
+prompt lookup, the draft model, early exit, suffix drafting and an EAGLE head (γ = 3), and with the adaptive policy
 choosing among all four drafters and γ each round ("auto"), and each histogram is compared with the
 exact law by a chi-square test at ALPHA = 1e-3 (false-positive rate 0.1% per test). The negative
 control runs the same speculative engines with a verifier that accepts every draft and must fail
@@ -20,7 +20,7 @@ import torch
 
 from specdec import engine as engine_module
 from specdec.cost_model import CostModel, DraftCost
-from specdec.drafters import DraftModelDrafter, EarlyExitDrafter, PromptLookupDrafter, SuffixDrafter
+from specdec.drafters import DraftModelDrafter, EagleDrafter, EarlyExitDrafter, PromptLookupDrafter, SuffixDrafter
 from specdec.engine import ACCEPTED, Engine, GenerationConfig, TextAssembler
 from specdec.errors import SpecdecError
 from specdec.runtime import load_model
@@ -48,7 +48,23 @@ def drafters(target, draft_model):
         "draft": DraftModelDrafter(draft_model, target),
         "early": EarlyExitDrafter(target, exit_layer=1),  # the first of the tiny model's two layers
         "suffix": SuffixDrafter(corpus=[PROMPT[2:] + [8, 3, 8, 36], [12, 7, 5, 9, 44, 2]], min_match=1),
+        "eagle": EagleDrafter(target, random_eagle_head(target)),
     }
+
+
+def random_eagle_head(target):
+    """An untrained EAGLE head over a reduced vocabulary of 40 of the 64 tokens (a seeded random one:
+    exactness must not depend on the head's quality; training is tested in test_heads.py)."""
+    from specdec.heads.eagle import EagleConfig, EagleHead
+
+    torch.manual_seed(7)
+    head = EagleHead(EagleConfig.for_target(target.net.config, draft_vocab=40))
+    head.vocab_ids.copy_(torch.randperm(target.vocab_size, generator=torch.Generator().manual_seed(7))[:40].sort().values)
+    with torch.no_grad():
+        for param in head.parameters():
+            if param.dim() == 2:
+                param.normal_(0, 0.3)  # peakier drafts than the default initialisation
+    return head.eval()
 
 
 def synthetic_costs(pool: list, draft_cost: float) -> CostModel:
@@ -61,13 +77,13 @@ def synthetic_costs(pool: list, draft_cost: float) -> CostModel:
 
 
 def auto_engine(target, draft_model, draft_cost: float = 0.02) -> Engine:
-    """The adaptive policy over all four drafters."""
+    """The adaptive policy over all five drafters."""
     pool = list(drafters(target, draft_model).values())
     return Engine(target, pool, cost_model=synthetic_costs(pool, draft_cost))
 
 
 @pytest.mark.parametrize("gamma", [1, 3, 6])
-@pytest.mark.parametrize("kind", ["ngram", "draft", "early", "suffix"])
+@pytest.mark.parametrize("kind", ["ngram", "draft", "early", "suffix", "eagle"])
 def test_greedy_speculative_equals_plain(tiny_target, draft_model, kind, gamma):
     config = GenerationConfig(max_new_tokens=60, gamma=gamma, ignore_eos=True)
     plain = Engine(tiny_target).generate(PROMPT, config)
@@ -80,7 +96,7 @@ def test_greedy_speculative_equals_plain(tiny_target, draft_model, kind, gamma):
     assert spec.stats.target_passes < plain.stats.target_passes == 60
 
 
-@pytest.mark.parametrize("kind", ["ngram", "draft", "early", "suffix"])
+@pytest.mark.parametrize("kind", ["ngram", "draft", "early", "suffix", "eagle"])
 def test_greedy_adaptive_gamma_equals_plain(tiny_target, draft_model, kind):
     config = GenerationConfig(max_new_tokens=60, ignore_eos=True)  # γ = auto
     drafter = drafters(tiny_target, draft_model)[kind]
@@ -258,7 +274,7 @@ def first_tokens_law(tiny_target):
     return law
 
 
-@pytest.mark.parametrize("kind", ["plain", "ngram", "draft", "early", "suffix"])
+@pytest.mark.parametrize("kind", ["plain", "ngram", "draft", "early", "suffix", "eagle"])
 def test_whole_generations_follow_the_target_distribution(tiny_target, draft_model, first_tokens_law, kind):
     drafter = None if kind == "plain" else drafters(tiny_target, draft_model)[kind]
     assert sampled_pvalue(Engine(tiny_target, drafter), first_tokens_law) > ALPHA
@@ -277,7 +293,7 @@ def test_whole_generations_with_the_adaptive_policy_negative_control(tiny_target
     assert sampled_pvalue(auto_engine(tiny_target, draft_model), first_tokens_law, "auto") < ALPHA
 
 
-@pytest.mark.parametrize("kind", ["ngram", "draft", "early", "suffix"])
+@pytest.mark.parametrize("kind", ["ngram", "draft", "early", "suffix", "eagle"])
 def test_whole_generations_negative_control(tiny_target, draft_model, first_tokens_law, kind, monkeypatch):
     monkeypatch.setattr(engine_module, "speculative_sample", accept_everything)
     drafter = drafters(tiny_target, draft_model)[kind]

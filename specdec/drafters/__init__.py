@@ -7,6 +7,8 @@
     early:L         self-speculation: the target's own first L layers, norm and LM head
     suffix[:PATH]   suffix automata over the request, this drafter's earlier outputs and, optionally,
                     a corpus (file, folder or JSON lines)
+    eagle[:PATH]    an EAGLE head (`specdec train eagle`); without PATH the head shipped for the
+                    default model
     auto[:A,B,...]  the adaptive policy picks among these drafters each round (default: ngram,
                     suffix and, on the lean runtime, early exit at a quarter of the layers)
 """
@@ -17,13 +19,15 @@ from pathlib import Path
 
 from specdec.drafters.base import Draft, Drafter
 from specdec.drafters.draft_model import DraftModelDrafter
+from specdec.drafters.eagle import EagleDrafter, load_eagle_head
 from specdec.drafters.early_exit import EarlyExitDrafter
 from specdec.drafters.ngram import PromptLookupDrafter
 from specdec.drafters.suffix import SuffixDrafter, read_corpus
 from specdec.errors import ConfigError
 from specdec.runtime.loading import LanguageModel, load_model
 
-DRAFTER_KINDS = ("none", "ngram[:N]", "draft:MODEL", "early:L", "suffix[:PATH]", "auto[:A,B,...]")
+DRAFTER_KINDS = ("none", "ngram[:N]", "draft:MODEL", "early:L", "suffix[:PATH]", "eagle[:PATH]", "auto[:A,B,...]")
+SHIPPED_HEADS = Path(__file__).resolve().parent.parent / "heads" / "shipped"  # trained for the default model
 
 
 def auto_drafter_specs(target: LanguageModel) -> list[str]:
@@ -67,8 +71,21 @@ def build_drafter(
             return SuffixDrafter(learn_outputs=True)
         encode = lambda text: target.tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
         return SuffixDrafter(read_corpus(Path(arg).expanduser(), encode), learn_outputs=True)
+    if kind == "eagle":
+        folder = Path(arg).expanduser() if arg else shipped_head(target, "eagle")
+        return EagleDrafter(target, load_eagle_head(folder, target), name=spec.strip())
     raise ConfigError(f"unknown drafter '{spec}'; choose one of: {', '.join(DRAFTER_KINDS)}")
 
 
-__all__ = ["Draft", "Drafter", "DraftModelDrafter", "EarlyExitDrafter", "PromptLookupDrafter", "SuffixDrafter",
-           "build_drafter"]
+def shipped_head(target: LanguageModel, kind: str) -> Path:
+    """The folder of the head of this kind shipped for the target, or a clear error."""
+    folder = SHIPPED_HEADS / f"{target.name}-{kind}"
+    if not folder.is_dir():
+        shipped = sorted(p.name for p in SHIPPED_HEADS.glob(f"*-{kind}")) if SHIPPED_HEADS.is_dir() else []
+        raise ConfigError(f"no {kind} head is shipped for {target.name} (shipped: {', '.join(shipped) or 'none'}); "
+                          f"train one with `specdec train {kind} --model {target.name}` and pass {kind}:PATH")
+    return folder
+
+
+__all__ = ["Draft", "Drafter", "DraftModelDrafter", "EagleDrafter", "EarlyExitDrafter", "PromptLookupDrafter",
+           "SuffixDrafter", "build_drafter"]

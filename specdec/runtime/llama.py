@@ -177,22 +177,42 @@ class LlamaModel(nn.Module):
         tree_mask: torch.Tensor | None = None,  # [T, T] bool, True = new token i sees new token j
         last_only: bool = False,
         exit_layer: int | None = None,  # run only the first `exit_layer` layers, then norm and head
-    ) -> torch.Tensor:  # logits, float32: [B, T, V], or [B, 1, V] when last_only
+        slot_mask: torch.Tensor | None = None,  # [B, length + T] bool: the slots each row may see (left padding)
+        return_hidden: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """logits, float32: [B, T, V], or [B, 1, V] when last_only; with return_hidden also the
+        final-norm hidden states the LM head reads, [B, T, hidden] (all T, also when last_only)."""
         batch, seq = input_ids.shape
         cache.reserve(seq)
         past = cache.length
         if positions is None:
             positions = torch.arange(past, past + seq, device=input_ids.device).expand(batch, seq)
         cos, sin = self._rope(positions)
-        causal = past == 0 and seq > 1 and tree_mask is None
+        causal = past == 0 and seq > 1 and tree_mask is None and slot_mask is None
         mask = None if causal else self._attention_mask(past, seq, tree_mask, input_ids.device)
+        if slot_mask is not None:
+            mask = self._with_slot_mask(mask, slot_mask, past, seq)
         x = self.embed(input_ids)  # [B, T, hidden]
         for i, layer in enumerate(self.layers[:exit_layer]):
             x = layer(x, cos, sin, cache, i, mask, causal)
         cache.advance(seq)
-        if last_only:
+        if last_only and not return_hidden:
             x = x[:, -1:]
-        return self.lm_head(self.norm(x)).float()
+        hidden = self.norm(x)  # [B, T, hidden]
+        logits = self.lm_head(hidden[:, -1:] if last_only else hidden).float()
+        return (logits, hidden) if return_hidden else logits
+
+    @staticmethod
+    def _with_slot_mask(mask: torch.Tensor | None, slot_mask: torch.Tensor, past: int, seq: int) -> torch.Tensor:
+        """[B, 1, T, past + T]: `mask` (causal when None) and, per row, only the slots `slot_mask` allows.
+        A padding token still sees itself, so that no query row is empty (an empty row would make
+        NaN keys and values that poison the real tokens' attention through 0 · NaN)."""
+        device = slot_mask.device
+        if mask is None:
+            mask = torch.ones(seq, past + seq, dtype=torch.bool, device=device).tril(past)[None, None]
+        itself = torch.zeros(seq, past + seq, dtype=torch.bool, device=device)
+        itself[torch.arange(seq), past + torch.arange(seq)] = True
+        return mask & slot_mask[:, None, None, : past + seq] | itself
 
     @staticmethod
     def _attention_mask(past: int, seq: int, tree_mask: torch.Tensor | None, device) -> torch.Tensor | None:

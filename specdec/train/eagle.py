@@ -1,0 +1,172 @@
+"""Training an EAGLE head on self-distilled data (`distill.py`).
+
+Loss per block of the unrolled chain (`unroll.py`): SmoothL1 between the predicted and the true
+feature f_{t+1}, plus 0.1 × cross-entropy of the draft distribution (the target's LM head rows of
+the draft vocabulary applied to the prediction) against x_{t+2}, the target's own (greedy) next
+token; only positions whose x_{t+2} belongs to an answer count. The inputs' true features get
+uniform noise (±`noise`), as in EAGLE, so the head tolerates its own imprecise predictions.
+
+Validation: the greedy chain acceptance the head would get on held-out sequences — for every start
+position, how many of its drafts in a row equal the target's tokens (depth-d drafts from the same
+unrolled pass) — reported as α per depth (conditional) and the MAT a chain of `depth` would reach.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from specdec.heads.eagle import EagleConfig, EagleHead, lm_head_weight
+from specdec.heads.files import save_head
+from specdec.train.distill import Sequence, load_sequences
+from specdec.train.loop import Batch, batches, learning_rate, load_checkpoint, save_checkpoint, split
+from specdec.train.unroll import unrolled_predictions
+
+CE_WEIGHT = 0.1
+IGNORE = -100
+
+
+def draft_vocabulary(sequences: list[Sequence], size: int, always: list[int]) -> tuple[torch.Tensor, float]:
+    """The `size` most frequent answer tokens (plus `always`, e.g. end-of-sequence), and the share of
+    answer tokens they cover."""
+    counts = Counter(t for s in sequences for t in s.tokens[s.answer_start:])
+    chosen = [t for t in always if t is not None][:size]
+    chosen += [t for t, _ in counts.most_common() if t not in chosen][: size - len(chosen)]
+    total = sum(counts.values())
+    covered = sum(counts[t] for t in chosen) / total if total else 0.0
+    return torch.tensor(sorted(chosen)), covered
+
+
+class EagleObjective:
+    """Inputs, predictions and losses of one batch (shared by training and validation)."""
+
+    def __init__(self, head: EagleHead, embed: torch.nn.Embedding, head_rows: torch.Tensor, vocab_size: int,
+                 depth: int, noise: float) -> None:
+        self.head, self.embed, self.head_rows = head, embed, head_rows  # head_rows: [Vd, hidden], frozen
+        self.depth, self.noise = depth, noise
+        self.to_draft = torch.full((vocab_size,), IGNORE, dtype=torch.long)  # target id → draft index
+        self.to_draft[head.vocab_ids] = torch.arange(len(head.vocab_ids))
+
+    def __call__(self, batch: Batch, train: bool) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
+        """(loss, per-block correct [B, T'] bool, per-block counted [B, T'] bool) with T' = T − 2."""
+        features = batch.features[:, :-2]  # [B, T', hidden]: f_t
+        if train and self.noise:
+            features = features + (torch.rand_like(features) * 2 - 1) * self.noise
+        with torch.no_grad():
+            next_embeds = self.embed(batch.tokens[:, 1:-1]).float()  # [B, T', hidden]: x_{t+1}
+        target_features = batch.features[:, 1:-1]  # [B, T', hidden]: f_{t+1}
+        labels = self.to_draft[batch.tokens[:, 2:]]  # [B, T']: x_{t+2} in the draft vocabulary
+        base = batch.valid[:, 2:] & batch.answer[:, 2:]  # x_{t+2} is a real answer token
+        predictions = unrolled_predictions(self.head, features, next_embeds, self.depth)
+        loss = torch.zeros(())
+        corrects, counted = [], []
+        for d, predicted in enumerate(predictions):
+            mask = base.clone()
+            mask[:, :d] = False  # block d at t < d has no chain
+            logits = predicted @ self.head_rows.T  # [B, T', Vd]
+            n = mask.sum().clamp(min=1)
+            regression = (F.smooth_l1_loss(predicted, target_features, reduction="none").mean(-1) * mask).sum() / n
+            ce_labels = labels.masked_fill(~mask, IGNORE)
+            ce = F.cross_entropy(logits.flatten(0, 1), ce_labels.flatten(), ignore_index=IGNORE, reduction="sum") / n
+            loss = loss + regression + CE_WEIGHT * ce
+            corrects.append((logits.argmax(-1) == labels) & mask)
+            counted.append(mask)
+        return loss / len(predictions), corrects, counted
+
+
+def chain_acceptance(corrects: list[torch.Tensor], counted: list[torch.Tensor]) -> tuple[list[int], list[int]]:
+    """For chains starting at every t: (chains reaching depth d, chains accepted through depth d), per d.
+    The chain from t has its depth-d draft at block d, position t + d."""
+    depth = len(corrects)
+    length = corrects[0].shape[1]
+    reached, accepted = [0] * depth, [0] * depth
+    alive = torch.ones_like(corrects[0][:, : length])
+    for d in range(depth):
+        c = torch.zeros_like(alive)
+        m = torch.zeros_like(alive)
+        c[:, : length - d] = corrects[d][:, d:]
+        m[:, : length - d] = counted[d][:, d:]
+        alive = alive & m
+        reached[d] += int(alive.sum())
+        alive = alive & c
+        accepted[d] += int(alive.sum())
+    return reached, accepted
+
+
+@torch.no_grad()
+def validate(objective: EagleObjective, val_batches: list[Batch]) -> dict:
+    objective.head.eval()
+    losses, reached, accepted = [], None, None
+    for batch in val_batches:
+        loss, corrects, counted = objective(batch, train=False)
+        losses.append(float(loss))
+        r, a = chain_acceptance(corrects, counted)
+        reached = r if reached is None else [x + y for x, y in zip(reached, r)]
+        accepted = a if accepted is None else [x + y for x, y in zip(accepted, a)]
+    objective.head.train()
+    alphas = [a / r if r else 0.0 for a, r in zip(accepted, reached)]
+    survive, mat = 1.0, 1.0
+    for alpha in alphas:
+        survive *= alpha
+        mat += survive
+    return {"loss": sum(losses) / max(1, len(losses)), "alpha_per_depth": [round(a, 4) for a in alphas],
+            "chain_mat": round(mat, 3)}
+
+
+def train_eagle(target, data_dir: Path, out_dir: Path, *, draft_vocab: int = 8192, depth: int = 3, epochs: int = 4,
+                lr: float = 1e-3, batch_tokens: int = 4096, max_len: int = 384, noise: float = 0.1,
+                validation_share: float = 0.05, seed: int = 0, checkpoint_every: int = 50, progress=None,
+                log=print) -> dict:
+    """Train (or resume training) an EAGLE head for `target` on the data in `data_dir`; the head is
+    written to `out_dir` (head.safetensors + head.json), with checkpoints beside it."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    sequences = load_sequences(data_dir)
+    train_seqs, val_seqs = split(sequences, validation_share, seed)
+    net = target.net
+    vocab_ids, coverage = draft_vocabulary(train_seqs, draft_vocab, list(target.eos_token_ids))
+    config = EagleConfig.for_target(net.config, len(vocab_ids))
+    head = EagleHead(config).float()
+    head.vocab_ids.copy_(vocab_ids)
+    head_rows = lm_head_weight(net)[vocab_ids].float().clone()  # [Vd, hidden]
+    objective = EagleObjective(head, net.embed, head_rows, net.vocab_size, depth, noise)
+    optimizer = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
+    val_batches = batches(val_seqs, batch_tokens, max_len, seed=None)
+    steps_per_epoch = len(batches(train_seqs, batch_tokens, max_len, seed=None))
+    total = steps_per_epoch * epochs
+    state = load_checkpoint(out_dir, head, optimizer) or {"step": 0, "history": []}
+    if state["step"]:
+        log(f"resuming at step {state['step']} of {total}")
+    started = time.perf_counter()
+    step = state["step"]
+    for epoch in range(step // steps_per_epoch, epochs):
+        epoch_batches = batches(train_seqs, batch_tokens, max_len, seed=seed + epoch)
+        for index in range(step - epoch * steps_per_epoch, len(epoch_batches)):
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate(step, total, lr, warmup=max(1, total // 50))
+            loss, _, _ = objective(epoch_batches[index], train=True)
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(head.parameters(), 0.5)
+            optimizer.step()
+            step += 1
+            if progress:
+                progress(step, total, loss.item())
+            if step % checkpoint_every == 0:
+                save_checkpoint(out_dir, head, optimizer, {**state, "step": step})
+        result = validate(objective, val_batches)
+        result.update(epoch=epoch + 1, step=step)
+        state["history"].append(result)
+        log(f"epoch {epoch + 1}: validation α per depth {result['alpha_per_depth']}, chain MAT {result['chain_mat']}")
+        save_checkpoint(out_dir, head, optimizer, {**state, "step": step})
+    info = {"target": target.name, "data": str(data_dir), "sequences": {"train": len(train_seqs), "validation": len(val_seqs)},
+            "draft_vocab_coverage": round(coverage, 4), "depth": depth, "epochs": epochs, "lr": lr,
+            "batch_tokens": batch_tokens, "noise": noise, "seed": seed, "history": state["history"],
+            "seconds_this_run": round(time.perf_counter() - started, 1)}
+    save_head(out_dir, "eagle", config.to_dict(), head.state_dict(), info)
+    return info

@@ -1,0 +1,104 @@
+"""What every head's training shares: batches of distilled sequences, the optimiser and its
+checkpoints (safetensors + JSON: resumable, nothing pickled), a progress bar."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from specdec.train.distill import Sequence
+
+CHECKPOINT_WEIGHTS, CHECKPOINT_STATE = "checkpoint.safetensors", "checkpoint.json"
+
+
+@dataclass
+class Batch:
+    tokens: torch.Tensor  # [B, T] ids (right-padded with 0)
+    features: torch.Tensor  # [B, T, hidden] float32, the target's f_t
+    valid: torch.Tensor  # [B, T] bool: a real token
+    answer: torch.Tensor  # [B, T] bool: a token of the answer (the target's own output)
+
+
+def split(sequences: list[Sequence], validation_share: float, seed: int) -> tuple[list[Sequence], list[Sequence]]:
+    order = list(range(len(sequences)))
+    random.Random(seed).shuffle(order)
+    n_val = max(1, int(len(order) * validation_share)) if len(order) > 1 else 0
+    return [sequences[i] for i in order[n_val:]], [sequences[i] for i in order[:n_val]]
+
+
+def batches(sequences: list[Sequence], batch_tokens: int, max_len: int, seed: int | None) -> list[Batch]:
+    """Sequences (cut to max_len) grouped into batches of about `batch_tokens` tokens; shuffled when
+    seeded, sequences of similar length together (less padding)."""
+    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i].tokens))
+    groups, current, longest = [], [], 0
+    for i in order:
+        length = min(len(sequences[i].tokens), max_len)
+        if current and max(longest, length) * (len(current) + 1) > batch_tokens:
+            groups.append(current)
+            current, longest = [], 0
+        current.append(i)
+        longest = max(longest, length)
+    if current:
+        groups.append(current)
+    if seed is not None:
+        random.Random(seed).shuffle(groups)
+    return [collate([sequences[i] for i in group], max_len) for group in groups]
+
+
+def collate(sequences: list[Sequence], max_len: int) -> Batch:
+    length = min(max(len(s.tokens) for s in sequences), max_len)
+    hidden = sequences[0].features.shape[1]
+    tokens = torch.zeros(len(sequences), length, dtype=torch.long)
+    features = torch.zeros(len(sequences), length, hidden)
+    valid = torch.zeros(len(sequences), length, dtype=torch.bool)
+    answer = torch.zeros(len(sequences), length, dtype=torch.bool)
+    for b, s in enumerate(sequences):
+        n = min(len(s.tokens), length)
+        tokens[b, :n] = torch.tensor(s.tokens[:n])
+        features[b, :n] = s.features[:n].float()
+        valid[b, :n] = True
+        answer[b, s.answer_start:n] = True
+    return Batch(tokens, features, valid, answer)
+
+
+def learning_rate(step: int, total: int, peak: float, warmup: int) -> float:
+    """Linear warm-up, then cosine decay to a tenth of the peak."""
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def save_checkpoint(folder: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> None:
+    """The model, AdamW's moments and the loop's position, so that a stopped run resumes exactly."""
+    tensors = {f"model.{k}": v.detach().contiguous() for k, v in model.state_dict().items()}
+    names = {id(p): n for n, p in model.named_parameters()}
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            for key, value in optimizer.state.get(p, {}).items():
+                if torch.is_tensor(value):
+                    tensors[f"optim.{names[id(p)]}.{key}"] = value.detach().contiguous()
+    tmp = folder / (CHECKPOINT_WEIGHTS + ".tmp")
+    save_file(tensors, str(tmp))
+    tmp.replace(folder / CHECKPOINT_WEIGHTS)
+    (folder / CHECKPOINT_STATE).write_text(json.dumps(state, indent=1))
+
+
+def load_checkpoint(folder: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict | None:
+    """Restore what `save_checkpoint` wrote; None when there is no checkpoint."""
+    if not (folder / CHECKPOINT_WEIGHTS).is_file() or not (folder / CHECKPOINT_STATE).is_file():
+        return None
+    tensors = load_file(str(folder / CHECKPOINT_WEIGHTS))
+    model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
+    params = dict(model.named_parameters())
+    for key, value in tensors.items():
+        if key.startswith("optim."):
+            name, _, slot = key[6:].rpartition(".")
+            optimizer.state[params[name]][slot] = value
+    return json.loads((folder / CHECKPOINT_STATE).read_text())

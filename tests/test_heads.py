@@ -1,0 +1,152 @@
+"""Heads and their training on tiny models: batched self-distillation equals one-by-one decoding,
+the unrolled training chain equals drafting step by step, train → save → load → generate (greedy
+output equal to plain decoding), a stopped training resumes to the same weights, bad heads are refused."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+
+from specdec.drafters import build_drafter
+from specdec.engine import Engine, GenerationConfig
+from specdec.errors import ConfigError, SpecdecError
+from specdec.heads.eagle import EagleConfig, EagleHead
+from specdec.runtime.kv_cache import StaticKVCache
+from specdec.runtime.llama import LlamaModel
+from specdec.train.distill import distill, generate_batch, load_sequences
+from specdec.train.eagle import train_eagle
+from specdec.train.unroll import unrolled_predictions
+
+
+def word_prompts(count: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(f"t{rng.randrange(2, 64)}" for _ in range(rng.randint(3, 12))) for _ in range(count)]
+
+
+def test_batched_generation_equals_one_by_one(tiny_target):
+    """Left-padded rows of different lengths decode exactly as alone; features equal a plain pass's."""
+    prompts = [[5, 9, 12], [7, 30, 5, 9, 12, 7, 8, 3, 44], [2], [8, 8, 8, 8, 8]]
+    sequences = generate_batch(tiny_target.net, prompts, 12, set(tiny_target.eos_token_ids))
+    for prompt, seq in zip(prompts, sequences):
+        alone = Engine(tiny_target).generate(prompt, GenerationConfig(max_new_tokens=12))
+        assert seq.tokens == prompt + alone.token_ids and seq.answer_start == len(prompt)
+        net = tiny_target.net
+        _, hidden = net.forward(torch.tensor([seq.tokens]), net.new_cache(64), return_hidden=True)
+        assert seq.features.shape == (len(seq.tokens), net.config.hidden_size)
+        assert (seq.features.float() - hidden[0]).abs().max() < 1e-2  # stored in float16
+
+
+def test_unrolled_chain_equals_drafting_step_by_step():
+    """Block d of the training pass at t must be exactly the head's d-th draft after true pairs ≤ t − d."""
+    torch.manual_seed(0)
+    config = EagleConfig(hidden_size=32, intermediate_size=64, num_heads=4, num_kv_heads=2, head_dim=8,
+                         rms_norm_eps=1e-5, rope_theta=10000.0, vocab_size=50, draft_vocab=50)
+    head = EagleHead(config).eval()
+    features, embeds = torch.randn(1, 10, 32), torch.randn(1, 10, 32)
+    with torch.no_grad():
+        blocks = unrolled_predictions(head, features, embeds, depth=3)
+        for start in (0, 4, 6):
+            cache = StaticKVCache(1, 2, 8, 32)
+
+            def feed(f, e, position):
+                past, n = cache.length, f.shape[0]
+                causal = past == 0 and n > 1
+                mask = None if causal else LlamaModel._attention_mask(past, n, None, "cpu")
+                out = head(f[None], e[None], torch.arange(position, position + n)[None], cache, mask, causal)
+                cache.advance(n)
+                return out[0, -1]
+
+            predicted = feed(features[0, : start + 1], embeds[0, : start + 1], 0)  # true pairs 0..start
+            assert torch.allclose(predicted, blocks[0][0, start], atol=1e-5)
+            for d in (1, 2):
+                t = start + d
+                predicted = feed(predicted[None], embeds[0, t : t + 1], t)
+                assert torch.allclose(predicted, blocks[d][0, t], atol=1e-5)
+        # the negative control: a block that saw the future (plain causal attention) differs
+        wrong = head(blocks[0][:, :-1], embeds[:, 1:], torch.arange(1, 10)[None], _NoCache(), None, True)
+        assert not torch.allclose(wrong[0, 5], blocks[1][0, 6], atol=1e-3)
+
+
+class _NoCache:
+    length = 0
+
+    @staticmethod
+    def write(layer, keys, values):
+        return keys, values
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tiny_target, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("distill")
+    meta = distill(tiny_target, word_prompts(40), folder, max_new_tokens=24, batch_size=8, shard_size=16)
+    assert meta["sequences"] == 40 and len(list(folder.glob("shard-*.safetensors"))) == 3
+    return folder
+
+
+def test_distillation_resumes_and_refuses_other_settings(tiny_target, tiny_data):
+    before = load_sequences(tiny_data)
+    meta = distill(tiny_target, word_prompts(40), tiny_data, max_new_tokens=24, batch_size=8, shard_size=16)
+    assert meta["seconds_this_run"] < 5 and len(load_sequences(tiny_data)) == 40  # nothing regenerated
+    assert [s.tokens for s in load_sequences(tiny_data)] == [s.tokens for s in before]
+    with pytest.raises(SpecdecError, match="other settings"):
+        distill(tiny_target, word_prompts(40), tiny_data, max_new_tokens=30, batch_size=8, shard_size=16)
+
+
+def test_train_save_load_generate(tiny_target, tiny_data, tmp_path):
+    info = train_eagle(tiny_target, tiny_data, tmp_path / "head", draft_vocab=48, depth=2, epochs=3,
+                       batch_tokens=256, lr=3e-3, log=lambda *_: None)
+    meta = json.loads((tmp_path / "head" / "head.json").read_text())
+    assert meta["kind"] == "eagle" and meta["config"]["draft_vocab"] == 48 and len(meta["history"]) == 3
+    first, last = info["history"][0], info["history"][-1]
+    assert last["loss"] < first["loss"]  # it learned something on held-out sequences
+    drafter = build_drafter(f"eagle:{tmp_path / 'head'}", tiny_target)
+    prompt = tiny_target.tokenizer.encode(word_prompts(1, seed=5)[0])
+    config = GenerationConfig(max_new_tokens=40, gamma=3, ignore_eos=True)
+    spec = Engine(tiny_target, drafter).generate(prompt, config)
+    assert spec.token_ids == Engine(tiny_target).generate(prompt, config).token_ids
+    assert spec.stats.accepted > 0
+
+
+def test_a_stopped_training_resumes_to_the_same_weights(tiny_target, tiny_data, tmp_path):
+    settings = dict(draft_vocab=48, depth=2, epochs=2, batch_tokens=256, noise=0.0, checkpoint_every=3, log=lambda *_: None)
+    train_eagle(tiny_target, tiny_data, tmp_path / "straight", **settings)
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_seven(step, total, loss):
+        if step == 7:
+            raise Stop
+
+    with pytest.raises(Stop):
+        train_eagle(tiny_target, tiny_data, tmp_path / "stopped", progress=stop_at_seven, **settings)
+    logged = []
+    train_eagle(tiny_target, tiny_data, tmp_path / "stopped", **{**settings, "log": logged.append})
+    assert logged[0].startswith("resuming at step 6")  # the last checkpoint before the stop
+    from safetensors.torch import load_file
+
+    a = load_file(str(tmp_path / "straight" / "head.safetensors"))
+    b = load_file(str(tmp_path / "stopped" / "head.safetensors"))
+    assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
+def test_bad_heads_are_refused(tiny_target, tmp_path):
+    with pytest.raises(ConfigError, match="not a trained head"):
+        build_drafter(f"eagle:{tmp_path}", tiny_target)
+    (tmp_path / "head.json").write_text(json.dumps({"kind": "medusa", "config": {}}))
+    (tmp_path / "head.safetensors").write_bytes(b"")
+    with pytest.raises(ConfigError, match="'medusa' head, not 'eagle'"):
+        build_drafter(f"eagle:{tmp_path}", tiny_target)
+    config = {**EagleConfig.for_target(tiny_target.net.config, 10).to_dict(), "hidden_size": 99}
+    (tmp_path / "head.json").write_text(json.dumps({"kind": "eagle", "config": config, "target": "other"}))
+    with pytest.raises(ConfigError, match="trained for a model"):
+        build_drafter(f"eagle:{tmp_path}", tiny_target)
+    config["hidden_size"] = tiny_target.net.config.hidden_size
+    (tmp_path / "head.json").write_text(json.dumps({"kind": "eagle", "config": config}))
+    with pytest.raises(ConfigError, match="not a readable safetensors file"):
+        build_drafter(f"eagle:{tmp_path}", tiny_target)
+    with pytest.raises(ConfigError, match="no eagle head is shipped for"):
+        build_drafter("eagle", tiny_target)
