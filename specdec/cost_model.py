@@ -119,9 +119,10 @@ class CostModel:
     def draft_seconds(self, drafter: str, gamma: int) -> float:
         return self.draft_costs[drafter].seconds(gamma)
 
-    def predicted_speedup(self, drafter: str, gamma: int, expected_tokens: float) -> float:
-        """Speed-up over plain decoding of rounds that draft γ tokens and commit `expected_tokens`."""
-        seconds = self.target_pass(gamma + 1) + self.draft_seconds(drafter, gamma)
+    def predicted_speedup(self, drafter: str, gamma: int, expected_tokens: float, verified: int | None = None) -> float:
+        """Speed-up over plain decoding of rounds that draft γ tokens deep, verify `verified` draft
+        tokens (default γ: a chain; a tree verifies all its nodes) and commit `expected_tokens`."""
+        seconds = self.target_pass((gamma if verified is None else verified) + 1) + self.draft_seconds(drafter, gamma)
         return expected_tokens * self.target_pass(1) / seconds
 
     def to_json(self) -> dict:
@@ -228,9 +229,16 @@ def measure_draft_cost(model, drafter, context: int, max_gamma: int, repeats: in
     return DraftCost(per_call=max(0.0, one - per_token), per_token=per_token)
 
 
+def largest_pass(drafters: list, max_gamma: int) -> int:
+    """Tokens in the largest verification pass: the last committed one and γ drafts, or a tree's nodes."""
+    return 1 + max([max_gamma] + [getattr(d, "max_nodes", 0) for d in drafters])
+
+
 def load_or_measure(model, drafters: list, max_gamma: int, *, remeasure: bool = False,
                     repeats: int = 9, cache: bool = True) -> CostModel:
-    """The cost model for `model` on this machine with these drafters: from the cache, or measured now."""
+    """The cost model for `model` on this machine with these drafters: from the cache, or measured now.
+    Passes are timed for 1 .. max_gamma + 1 tokens, or up to a tree drafter's node budget + 1."""
+    largest = largest_pass(drafters, max_gamma)
     key, description = cost_key(model)
     path = costs_dir() / f"{key}.json"
     costs = None
@@ -242,9 +250,9 @@ def load_or_measure(model, drafters: list, max_gamma: int, *, remeasure: bool = 
         except (OSError, ValueError, KeyError, TypeError):
             costs = None  # unreadable or from another version: measure again and overwrite
     changed = False
-    context = min(COST_CONTEXT, model.max_context - max_gamma - 2)
-    if costs is None or max(costs.pass_seconds) < max_gamma + 1:
-        sizes = list(range(1, max_gamma + 2))
+    context = min(COST_CONTEXT, model.max_context - largest - 1)
+    if costs is None or max(costs.pass_seconds) < largest:
+        sizes = list(range(1, largest + 1))
         measured_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         costs = CostModel(measure_pass_costs(model.net, context, sizes, repeats), key=key,
                           description={**description, "context": context, "measured_at": measured_at})

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specdec.cost_model import CostModel, load_or_measure
+from specdec.cost_model import CostModel, largest_pass, load_or_measure
 from specdec.drafters.base import Draft, Drafter
 from specdec.errors import ConfigError, SpecdecError
 from specdec.policy import AdaptivePolicy, FixedPolicy, RoundPlan
@@ -32,7 +32,8 @@ from specdec.runtime.tokenizer import IncrementalDetokenizer
 from specdec.sampling import SamplingParams, logits_to_probs, sample
 from specdec.stats import GenerationStats
 from specdec.trace import ACCEPTED, BONUS, CORRECTED, TARGET, RoundTrace, trace_round
-from specdec.verify import speculative_sample, verify_greedy
+from specdec.tree import TokenTree, kept_slots, tree_inputs
+from specdec.verify import speculative_sample, tree_sample, verify_greedy, verify_tree_greedy
 
 PLAIN_ROUND = RoundPlan(None, 0, 1.0, "no drafter")
 PREFILL = RoundPlan(None, 0, 1.0, "the prefill: one pass over the prompt gives the first token")
@@ -161,7 +162,7 @@ class Engine:
 
     def costs(self, max_gamma: int) -> CostModel:
         """The cost model for this target and these drafters (measured now if not cached: seconds)."""
-        if (self.cost_model is None or max(self.cost_model.pass_seconds) < max_gamma + 1
+        if (self.cost_model is None or max(self.cost_model.pass_seconds) < largest_pass(self.drafters, max_gamma)
                 or any(d.name not in self.cost_model.draft_costs for d in self.drafters)):
             self.cost_model = load_or_measure(self.target, self.drafters, max_gamma)
         return self.cost_model
@@ -173,7 +174,8 @@ class Engine:
             return FixedPolicy(config.gamma)
         fixed = None if config.gamma == AUTO else config.gamma
         max_gamma = fixed or config.max_gamma
-        policy = AdaptivePolicy(self.costs(max_gamma), [d.name for d in self.drafters], config.max_gamma, fixed)
+        policy = AdaptivePolicy(self.costs(max_gamma), [d.name for d in self.drafters], config.max_gamma, fixed,
+                                verified=[getattr(d, "verified_tokens", None) for d in self.drafters])
         key = (config.max_gamma, fixed)
         if key in self._last_policy:
             policy.continue_from(self._last_policy[key])
@@ -236,7 +238,7 @@ class Engine:
             return pieces, False
 
         # Prefill: one target pass over the prompt gives the first new token.
-        cache = net.new_cache(max_len)
+        cache = net.new_cache(max_len + max((getattr(d, "max_nodes", 0) for d in self.drafters), default=0))
         for drafter in self.drafters:
             drafter.begin(prompt_ids, max_len, cache)
         readers = [d for d in self.drafters if getattr(d, "wants_features", False)]  # EAGLE, Medusa: read features
@@ -267,37 +269,60 @@ class Engine:
                 if keep < len(draft):
                     draft = draft.prefix(keep)
             t1 = time.perf_counter()
-            # 2. verify: one pass over the last committed token and the drafts
-            block = torch.tensor([[tokens[-1], *draft.tokens]], device=device)  # [1, k+1]
-            logits, hidden = self._target_pass(block, cache, readers)  # [1, k+1, V], [1, k+1, hidden] or None
-            # 3. accept
-            draft_ids = block[:, 1:]  # [1, k]
             details = {} if config.trace else None  # the draws and the residual, for the trace
             p = None
-            if params.greedy:
-                num_accepted, next_token = verify_greedy(draft_ids, logits)
-            else:
-                p = logits_to_probs(logits, params)  # [1, k+1, V]
-                q = None if draft.q is None else draft.q[None]  # [1, k, V]
-                num_accepted, next_token = speculative_sample(draft_ids, p, q, generator, details)
-            n = int(num_accepted)
-            # 4. commit: keep the last committed token and the accepted drafts in the cache
-            cache.truncate(committed_len + 1 + n)
+            if draft.parents is None:
+                # 2. verify: one pass over the last committed token and the drafts
+                block = torch.tensor([[tokens[-1], *draft.tokens]], device=device)  # [1, k+1]
+                logits, hidden = self._target_pass(block, cache, readers)  # [1, k+1, V], [1, k+1, hidden] or None
+                # 3. accept
+                draft_ids = block[:, 1:]  # [1, k]
+                if params.greedy:
+                    num_accepted, next_token = verify_greedy(draft_ids, logits)
+                else:
+                    p = logits_to_probs(logits, params)  # [1, k+1, V]
+                    q = None if draft.q is None else draft.q[None]  # [1, k, V]
+                    num_accepted, next_token = speculative_sample(draft_ids, p, q, generator, details)
+                n = int(num_accepted)
+                accepted_tokens, full = draft.tokens[:n], n == len(draft)
+                # 4. commit: keep the last committed token and the accepted drafts in the cache
+                cache.truncate(committed_len + 1 + n)
+                kept = slice(0, n + 1)
+            else:  # a token tree: the same steps, with a tree mask, a walk down the tree and a compaction
+                tree = TokenTree(draft.tokens, draft.parents)
+                ids, positions, mask = tree_inputs(tree, tokens[-1], committed_len, device)
+                logits, hidden = self._target_pass(ids, cache, readers, positions=positions, tree_mask=mask)
+                if params.greedy:
+                    path, next_token = verify_tree_greedy(tree, logits[0])
+                else:
+                    p = logits_to_probs(logits, params)  # [1, N+1, V]
+                    walked, next_token = tree_sample(tree, p, generator)
+                    path = [node for node in walked[0].tolist() if node >= 0]
+                n = len(path)
+                accepted_tokens = [tree.tokens[i] for i in path]
+                full = not tree.children(path[-1] if path else -1)  # the walk reached a leaf
+                cache.compact(kept_slots(committed_len, path))
+                kept = [0, *(i + 1 for i in path)]
             for reader in readers:  # their features are now those of committed tokens
-                reader.accept_features(hidden[0, : n + 1])
-            kinds = [ACCEPTED] * n + [TARGET if not draft.tokens else BONUS if n == len(draft) else CORRECTED]
-            new_pieces, done = commit(draft.tokens[:n] + [int(next_token)], kinds)
+                reader.accept_features(hidden[0, kept])
+            kinds = [ACCEPTED] * n + [TARGET if not draft.tokens else BONUS if full else CORRECTED]
+            new_pieces, done = commit(accepted_tokens + [int(next_token)], kinds)
             t2 = time.perf_counter()
             # 5. record
             if policy:
-                policy.observe(plan, len(draft), n, draft.match_length)
+                policy.observe(plan, draft.depth, n, draft.match_length)
             if self.cost_model is not None:  # what this round's pass really cost corrects T(k) for the policy
                 self.cost_model.observe_round(len(draft) + 1, t2 - t1)
-            stats.record_round(len(draft), n, drafter=drafter.name if drafter else "plain", gamma=plan.gamma,
+            stats.record_round(draft.depth, n, drafter=drafter.name if drafter else "plain", gamma=plan.gamma,
                                committed=len(new_pieces), draft_seconds=t1 - t0, verify_seconds=t2 - t1)
-            if config.trace:
-                rounds.append(self._trace(stats.rounds, drafter, plan, draft.tokens, draft.q, logits[0],
-                                          None if p is None else p[0], params, n, int(next_token), kinds[-1],
+            if config.trace:  # a tree is shown by its accepted path (the trace records chains)
+                shown = slice(None) if draft.parents is None else kept
+                shown_plan = plan if draft.parents is None else RoundPlan(
+                    plan.drafter, plan.gamma, plan.predicted_speedup,
+                    f"{plan.reason}; a tree of {len(draft)} nodes, its accepted path shown")
+                rounds.append(self._trace(stats.rounds, drafter, shown_plan, accepted_tokens if draft.parents is not None
+                                          else draft.tokens, draft.q, logits[0, shown],
+                                          None if p is None else p[0, shown], params, n, int(next_token), kinds[-1],
                                           new_pieces, details, t1 - t0, t2 - t1))
             pieces += new_pieces
             if not done:
@@ -316,15 +341,15 @@ class Engine:
         stats.total_seconds = time.perf_counter() - started
         yield StreamEvent(pieces, stats, done=True, rounds=rounds)
 
-    def _target_pass(self, ids: torch.Tensor, cache, readers: list,
-                     last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _target_pass(self, ids: torch.Tensor, cache, readers: list, last_only: bool = False,
+                     **tree) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One target pass over ids [1, T] -> logits [1, T, V] ([1, 1, V] when last_only), and the final
         hidden states [1, T, hidden] when drafters read features (else None). After the prefill every
         prompt token is committed, so its feature goes to those drafters here; after a verification
         pass the caller hands over the features of the tokens it committed."""
         if not readers:
-            return self.target.net.forward(ids, cache, last_only=last_only), None
-        logits, hidden = self.target.net.forward(ids, cache, last_only=last_only, return_hidden=True)
+            return self.target.net.forward(ids, cache, last_only=last_only, **tree), None
+        logits, hidden = self.target.net.forward(ids, cache, last_only=last_only, return_hidden=True, **tree)
         if last_only:
             for reader in readers:
                 reader.accept_features(hidden[0])
@@ -366,10 +391,12 @@ class Engine:
     def _check_draft(self, drafter: Drafter, draft: Draft, budget: int, cache_untouched: bool) -> None:
         vocab = self.target.vocab_size
         ids_valid = all(0 <= t < vocab for t in draft.tokens)
-        if len(draft) > max(budget, 0) or not ids_valid or not cache_untouched:
+        nodes_fit = draft.parents is None or len(draft) <= getattr(drafter, "max_nodes", 0)
+        if draft.depth > max(budget, 0) or not nodes_fit or not ids_valid or not cache_untouched:
             raise RuntimeError(
-                f"drafter {drafter.name} broke its contract: {len(draft)} tokens for a budget of "
-                f"{budget}, ids within the vocabulary: {ids_valid}, target cache length restored: {cache_untouched}"
+                f"drafter {drafter.name} broke its contract: {draft.depth} tokens deep for a budget of {budget}, "
+                f"{len(draft)} nodes within its max_nodes: {nodes_fit}, ids within the vocabulary: {ids_valid}, "
+                f"target cache length restored: {cache_untouched}"
             )
 
     @staticmethod

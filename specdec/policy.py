@@ -3,8 +3,10 @@
 For drafter d, with α_i its running estimate of P(draft position i accepted | positions < i were):
 
     E_d(γ) = 1 + Σ_{i=1..γ} Π_{j≤i} α_j                 expected tokens a round commits
-    S_d(γ) = E_d(γ) · T(1) / (T(γ+1) + D_d(γ))          predicted speed-up over plain decoding
+    S_d(γ) = E_d(γ) · T(1) / (T(n_d(γ)+1) + D_d(γ))     predicted speed-up over plain decoding
 
+n_d(γ) is the number of draft tokens verified: γ for a chain, the node count for a token tree of
+depth γ (whose α_i is then the rate at which the walk down the tree goes one level deeper).
 T(k) is the measured time of a target pass over k tokens and D_d(γ) the measured time to draft γ
 tokens (`cost_model.py`). With i.i.d. α and T(k) = T(1) this is the seed formula
 (1 − α^(γ+1)) / ((1 − α)(γc + 1)); here the measured cost curve replaces "a pass costs 1" and a
@@ -122,9 +124,11 @@ class AdaptivePolicy:
 
     def __init__(self, costs: CostModel, drafter_names: list[str], max_gamma: int = 8,
                  fixed_gamma: int | None = None, prior: float = 0.6, memory: float = 0.9,
-                 idle_memory: float = 0.98) -> None:
+                 idle_memory: float = 0.98, verified: list | None = None) -> None:
         self.costs = costs
         self.names = drafter_names
+        # per drafter: γ → draft tokens in the verification pass (a tree verifies more than its depth)
+        self.verified = verified or [None] * len(drafter_names)
         self.gammas = [fixed_gamma] if fixed_gamma else list(range(1, max_gamma + 1))
         self.may_fall_back = fixed_gamma is None  # a γ fixed by hand is kept, even when it loses
         self.acceptance = [PositionAcceptance(prior, memory, positions=max(self.gammas)) for _ in drafter_names]
@@ -153,7 +157,8 @@ class AdaptivePolicy:
         for index, name in enumerate(self.names):
             acceptance = self.acceptance[index]
             for gamma in self.gammas:
-                speedup = self.costs.predicted_speedup(name, gamma, acceptance.expected_tokens(gamma))
+                verified = self.verified[index](gamma) if self.verified[index] else gamma
+                speedup = self.costs.predicted_speedup(name, gamma, acceptance.expected_tokens(gamma), verified)
                 out.append((speedup, index, gamma))
         return out
 

@@ -1,4 +1,4 @@
-"""Verification of a chain of drafted tokens: pure functions, no model calls.
+"""Verification of a chain or a tree of drafted tokens: pure functions, no model calls.
 
 Notation, as in the papers (Leviathan et al. 2022; Chen et al. 2023): **p is the target's**
 distribution and **q the draft's**. A round drafts γ tokens x_1..x_γ; the target scores the context
@@ -27,6 +27,8 @@ plain loop with the same random draws, tested equal to it.
 from __future__ import annotations
 
 import torch
+
+from specdec.tree import TokenTree
 
 
 def verify_greedy(
@@ -112,4 +114,123 @@ def speculative_sample_reference(
         residuals.append(residual)
     next_token = torch.multinomial(torch.stack(residuals), 1, generator=generator).squeeze(1)
     return torch.tensor(counts, device=p.device), next_token
+
+
+
+# --- token trees ---------------------------------------------------------------------------------
+#
+# A tree round scores the root (the last committed token) and N draft nodes in one pass; p[:, j] is
+# the target's distribution for the children of input j (0: the root, i + 1: node i).
+#
+# Greedy: from the root, move to the child holding argmax p while there is one; emit argmax p at the
+# node where the walk stops.
+#
+# Sampling (multi-candidate speculative sampling, as in SpecInfer, with point-mass candidates): at
+# the current node, with r = p at that node, test its children c_1, c_2, ... in order: accept c_j
+# with probability r(c_j); if it is rejected, set r(c_j) = 0 and renormalise r, and test the next
+# child. If a child is accepted, move to it and start again with p there; if none is, emit a token
+# drawn from the final r. Why it is exact: testing c_1 with probability r(c_1) and otherwise drawing
+# from r without c_1 is a way of drawing from r (P(c_1) = r(c_1); P(x ≠ c_1) = (1 − r(c_1)) · r(x) /
+# (1 − r(c_1)) = r(x)), and by induction so is the whole sequence of tests; so each emitted token
+# (accepted child or final draw) follows p at its context, whatever candidates the drafter chose, as
+# long as its choice does not depend on this round's random draws. Children are candidates fixed
+# before the pass (the drafter's top-k), i.e. point masses: q is not needed. With q-sampled
+# candidates the min(1, p/q) test would accept more often; it is not used for trees here.
+
+
+def tree_children_table(tree: TokenTree, device) -> torch.Tensor:
+    """[N + 1, M] input index of each input's children (-1 padded), M = the most children of any input."""
+    kids: list[list[int]] = [[] for _ in range(len(tree) + 1)]
+    for i, parent in enumerate(tree.parents):
+        kids[parent + 1].append(i + 1)
+    width = max(1, max(len(k) for k in kids))
+    return torch.tensor([k + [-1] * (width - len(k)) for k in kids], device=device)
+
+
+def verify_tree_greedy(tree: TokenTree,
+                       target_logits: torch.Tensor,  # [N+1, V]
+                       ) -> tuple[list[int], int]:  # (accepted node indices, next token)
+    choice = target_logits.argmax(-1).tolist()  # [N+1]
+    kids = tree_children_table(tree, "cpu").tolist()
+    path, at = [], 0
+    while True:
+        nxt = next((k for k in kids[at] if k >= 0 and tree.tokens[k - 1] == choice[at]), None)
+        if nxt is None:
+            return path, choice[at]
+        path.append(nxt - 1)
+        at = nxt
+
+
+def tree_sample(tree: TokenTree,
+                p: torch.Tensor,  # [B, N+1, V] target probabilities (rows: independent rounds, same tree)
+                generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sampling rule above for B rounds at once. Returns (accepted [B, D] node indices along each
+    row's path, -1 after its end; next_token [B]). Uniforms are drawn [depth + 1, M, B] up front, so
+    `tree_sample_reference` can consume the same draws."""
+    batch, inputs, vocab = p.shape
+    device = p.device
+    kids = tree_children_table(tree, device)  # [N+1, M]
+    tokens = torch.tensor([0, *tree.tokens], device=device)  # [N+1]; index 0 (the root) unused
+    max_depth = max(tree.depths(), default=0)
+    uniforms = torch.rand(max_depth + 1, kids.shape[1], batch, generator=generator, device=device)
+    rows = torch.arange(batch, device=device)
+    at = torch.zeros(batch, dtype=torch.long, device=device)  # [B] current input index
+    accepted = torch.full((batch, max(1, max_depth)), -1, dtype=torch.long, device=device)
+    final = torch.zeros(batch, vocab, dtype=p.dtype, device=device)  # [B, V] the r each row emits from
+    alive = torch.ones(batch, dtype=torch.bool, device=device)
+    for depth in range(max_depth + 1):
+        r = p[rows, at].clone()  # [B, V]
+        moved = torch.zeros_like(alive)
+        target = at.clone()
+        for j in range(kids.shape[1]):
+            child = kids[at, j]  # [B]
+            testing = alive & ~moved & (child >= 0)
+            x = tokens[child.clamp(min=0)]  # [B]
+            take = testing & (uniforms[depth, j] < r[rows, x])
+            moved |= take
+            target = torch.where(take, child, target)
+            drop = testing & ~take
+            r[rows[drop], x[drop]] = 0.0
+            r = torch.where(drop[:, None], r / r.sum(-1, keepdim=True).clamp(min=1e-30), r)
+        stop = alive & ~moved
+        final[stop] = r[stop]
+        alive &= moved
+        if depth < accepted.shape[1]:
+            accepted[:, depth] = torch.where(moved, target - 1, accepted[:, depth])
+        at = torch.where(moved, target, at)
+        if not bool(alive.any()):
+            break
+    return accepted, torch.multinomial(final, 1, generator=generator).squeeze(1)
+
+
+def tree_sample_reference(tree: TokenTree, p: torch.Tensor,
+                          generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """`tree_sample` one row and one child at a time, consuming the same draws."""
+    batch = p.shape[0]
+    kids = tree_children_table(tree, "cpu").tolist()
+    max_depth = max(tree.depths(), default=0)
+    uniforms = torch.rand(max_depth + 1, len(kids[0]), batch, generator=generator, device=p.device)
+    paths, finals = [], []
+    for b in range(batch):
+        at, path = 0, []
+        for depth in range(max_depth + 1):
+            r = p[b, at].clone()
+            chosen = None
+            for j, child in enumerate(kids[at]):
+                if child < 0:
+                    break
+                x = tree.tokens[child - 1]
+                if float(uniforms[depth, j, b]) < float(r[x]):
+                    chosen = child
+                    break
+                r[x] = 0.0
+                r = r / r.sum().clamp(min=1e-30)
+            if chosen is None:
+                finals.append(r)
+                break
+            path.append(chosen - 1)
+            at = chosen
+        paths.append(path + [-1] * (max(1, max_depth) - len(path)))
+    next_token = torch.multinomial(torch.stack(finals), 1, generator=generator).squeeze(1)
+    return torch.tensor(paths, device=p.device), next_token
 

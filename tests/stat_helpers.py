@@ -54,3 +54,14 @@ def residual_from_p(draft_tokens, p, q, generator, details=None):
     rows = torch.arange(p.shape[0])
     redo = torch.multinomial(p[rows, num_accepted], 1, generator=generator).squeeze(1)
     return num_accepted, redo
+
+
+def tree_accept_first_children(tree, p, generator):
+    """A deliberately WRONG tree verifier (the negative control): it walks down the first child of
+    each node to a leaf, accepting all of them, and draws the next token from p there."""
+    path, node = [], -1
+    while tree.children(node):
+        node = tree.children(node)[0]
+        path.append(node)
+    accepted = torch.tensor([path or [-1]] * p.shape[0], device=p.device)
+    return accepted, torch.multinomial(p[:, path[-1] + 1 if path else 0], 1, generator=generator).squeeze(1)

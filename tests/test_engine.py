@@ -3,11 +3,12 @@
 Whole-generation distribution test: the target samples with temperature 1 and top-k = 3, so the
 first 4 new tokens have 3^4 = 81 possible values, whose exact probabilities come from the target by
 enumeration (40 forward passes). 3,000 seeded generations of 4 tokens are run with plain sampling,
-prompt lookup, the draft model, early exit, suffix drafting and an EAGLE head (γ = 3), and with the adaptive policy
+prompt lookup, the draft model, early exit, suffix drafting, an EAGLE head as a chain and as a
+tree, and Medusa heads (a static tree) (γ = 3), and with the adaptive policy
 choosing among all four drafters and γ each round ("auto"), and each histogram is compared with the
 exact law by a chi-square test at ALPHA = 1e-3 (false-positive rate 0.1% per test). The negative
 control runs the same speculative engines with a verifier that accepts every draft and must fail
-(p < 1e-3).
+(p < 1e-3); tree rounds get a verifier that walks down the first children to a leaf.
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ import torch
 
 from specdec import engine as engine_module
 from specdec.cost_model import CostModel, DraftCost
-from specdec.drafters import DraftModelDrafter, EagleDrafter, EarlyExitDrafter, PromptLookupDrafter, SuffixDrafter
+from specdec.drafters import (DraftModelDrafter, EagleDrafter, EarlyExitDrafter, MedusaDrafter, PromptLookupDrafter,
+                              SuffixDrafter)
 from specdec.engine import ACCEPTED, Engine, GenerationConfig, TextAssembler
 from specdec.errors import SpecdecError
 from specdec.runtime import load_model
 from specdec.runtime.tokenizer import IncrementalDetokenizer
 from specdec.sampling import SamplingParams, logits_to_probs
-from stat_helpers import ALPHA, accept_everything, gof_pvalue
+from stat_helpers import ALPHA, accept_everything, gof_pvalue, tree_accept_first_children
 
 # A prompt with repeats, so that prompt lookup finds matches from the first round.
 PROMPT = [5, 9, 12, 7, 5, 9, 12, 7, 30, 5, 9]
@@ -49,7 +51,23 @@ def drafters(target, draft_model):
         "early": EarlyExitDrafter(target, exit_layer=1),  # the first of the tiny model's two layers
         "suffix": SuffixDrafter(corpus=[PROMPT[2:] + [8, 3, 8, 36], [12, 7, 5, 9, 44, 2]], min_match=1),
         "eagle": EagleDrafter(target, random_eagle_head(target)),
+        "eagle-tree": EagleDrafter(target, random_eagle_head(target), name="eagle-tree", tree_budget=10, top_k=3),
+        "medusa": MedusaDrafter(target, random_medusa_heads(target), paths=[[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]]),
     }
+
+
+def random_medusa_heads(target):
+    """Three seeded random Medusa heads over a reduced vocabulary of 40 tokens (exactness must not
+    depend on their quality)."""
+    from specdec.heads.medusa import MedusaConfig, MedusaHeads
+
+    torch.manual_seed(8)
+    heads = MedusaHeads(MedusaConfig(target.net.config.hidden_size, target.vocab_size, 3, 40))
+    heads.vocab_ids.copy_(torch.randperm(target.vocab_size, generator=torch.Generator().manual_seed(8))[:40].sort().values)
+    with torch.no_grad():
+        for block in heads.blocks:
+            block.weight.normal_(0, 0.3)
+    return heads.eval()
 
 
 def random_eagle_head(target):
@@ -77,13 +95,13 @@ def synthetic_costs(pool: list, draft_cost: float) -> CostModel:
 
 
 def auto_engine(target, draft_model, draft_cost: float = 0.02) -> Engine:
-    """The adaptive policy over all five drafters."""
+    """The adaptive policy over all the drafters above."""
     pool = list(drafters(target, draft_model).values())
     return Engine(target, pool, cost_model=synthetic_costs(pool, draft_cost))
 
 
 @pytest.mark.parametrize("gamma", [1, 3, 6])
-@pytest.mark.parametrize("kind", ["ngram", "draft", "early", "suffix", "eagle"])
+@pytest.mark.parametrize("kind", ["ngram", "draft", "early", "suffix", "eagle", "eagle-tree", "medusa"])
 def test_greedy_speculative_equals_plain(tiny_target, draft_model, kind, gamma):
     config = GenerationConfig(max_new_tokens=60, gamma=gamma, ignore_eos=True)
     plain = Engine(tiny_target).generate(PROMPT, config)
@@ -96,7 +114,7 @@ def test_greedy_speculative_equals_plain(tiny_target, draft_model, kind, gamma):
     assert spec.stats.target_passes < plain.stats.target_passes == 60
 
 
-@pytest.mark.parametrize("kind", ["ngram", "draft", "early", "suffix", "eagle"])
+@pytest.mark.parametrize("kind", ["ngram", "draft", "early", "suffix", "eagle", "eagle-tree", "medusa"])
 def test_greedy_adaptive_gamma_equals_plain(tiny_target, draft_model, kind):
     config = GenerationConfig(max_new_tokens=60, ignore_eos=True)  # γ = auto
     drafter = drafters(tiny_target, draft_model)[kind]
@@ -274,7 +292,7 @@ def first_tokens_law(tiny_target):
     return law
 
 
-@pytest.mark.parametrize("kind", ["plain", "ngram", "draft", "early", "suffix", "eagle"])
+@pytest.mark.parametrize("kind", ["plain", "ngram", "draft", "early", "suffix", "eagle", "eagle-tree", "medusa"])
 def test_whole_generations_follow_the_target_distribution(tiny_target, draft_model, first_tokens_law, kind):
     drafter = None if kind == "plain" else drafters(tiny_target, draft_model)[kind]
     assert sampled_pvalue(Engine(tiny_target, drafter), first_tokens_law) > ALPHA
@@ -290,11 +308,13 @@ def test_whole_generations_with_the_adaptive_policy_follow_the_target_distributi
 def test_whole_generations_with_the_adaptive_policy_negative_control(tiny_target, draft_model, first_tokens_law,
                                                                       monkeypatch):
     monkeypatch.setattr(engine_module, "speculative_sample", accept_everything)
+    monkeypatch.setattr(engine_module, "tree_sample", tree_accept_first_children)
     assert sampled_pvalue(auto_engine(tiny_target, draft_model), first_tokens_law, "auto") < ALPHA
 
 
-@pytest.mark.parametrize("kind", ["ngram", "draft", "early", "suffix", "eagle"])
+@pytest.mark.parametrize("kind", ["ngram", "draft", "early", "suffix", "eagle", "eagle-tree", "medusa"])
 def test_whole_generations_negative_control(tiny_target, draft_model, first_tokens_law, kind, monkeypatch):
     monkeypatch.setattr(engine_module, "speculative_sample", accept_everything)
+    monkeypatch.setattr(engine_module, "tree_sample", tree_accept_first_children)
     drafter = drafters(tiny_target, draft_model)[kind]
     assert sampled_pvalue(Engine(tiny_target, drafter), first_tokens_law) < ALPHA

@@ -110,6 +110,23 @@ def test_train_save_load_generate(tiny_target, tiny_data, tmp_path):
     assert spec.stats.accepted > 0
 
 
+def test_medusa_train_save_load_generate(tiny_target, tiny_data, tmp_path):
+    from specdec.train.medusa import train_medusa
+
+    info = train_medusa(tiny_target, tiny_data, tmp_path / "medusa", num_heads=3, draft_vocab=48, epochs=3,
+                        batch_tokens=256, lr=3e-3, log=lambda *_: None)
+    first, last = info["history"][0], info["history"][-1]
+    assert len(last["top1_per_head"]) == 3 and last["chain_mat"] >= 1.0
+    assert sum(last["top1_per_head"]) >= sum(first["top1_per_head"])
+    drafter = build_drafter(f"medusa:{tmp_path / 'medusa'}", tiny_target)  # the default tree, cut to 3 deep
+    assert drafter.max_nodes == 14
+    prompt = tiny_target.tokenizer.encode(word_prompts(1, seed=5)[0])
+    config = GenerationConfig(max_new_tokens=40, gamma=3, ignore_eos=True)
+    spec = Engine(tiny_target, drafter).generate(prompt, config)
+    assert spec.token_ids == Engine(tiny_target).generate(prompt, config).token_ids
+    assert spec.stats.accepted > 0
+
+
 def test_a_stopped_training_resumes_to_the_same_weights(tiny_target, tiny_data, tmp_path):
     settings = dict(draft_vocab=48, depth=2, epochs=2, batch_tokens=256, noise=0.0, checkpoint_every=3, log=lambda *_: None)
     train_eagle(tiny_target, tiny_data, tmp_path / "straight", **settings)

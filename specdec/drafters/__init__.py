@@ -7,8 +7,10 @@
     early:L         self-speculation: the target's own first L layers, norm and LM head
     suffix[:PATH]   suffix automata over the request, this drafter's earlier outputs and, optionally,
                     a corpus (file, folder or JSON lines)
-    eagle[:PATH]    an EAGLE head (`specdec train eagle`); without PATH the head shipped for the
-                    default model
+    eagle[:PATH]    an EAGLE head (`specdec train eagle`) drafting a chain; without PATH the head
+                    shipped for the default model
+    eagle-tree[:PATH]  the same head drafting a dynamic tree (EAGLE-2) of at most 16 nodes, 4 per level
+    medusa[:PATH]   Medusa heads (`specdec train medusa`), their candidates verified as a static tree
     auto[:A,B,...]  the adaptive policy picks among these drafters each round (default: ngram,
                     suffix and, on the lean runtime, early exit at a quarter of the layers)
 """
@@ -21,12 +23,15 @@ from specdec.drafters.base import Draft, Drafter
 from specdec.drafters.draft_model import DraftModelDrafter
 from specdec.drafters.eagle import EagleDrafter, load_eagle_head
 from specdec.drafters.early_exit import EarlyExitDrafter
+from specdec.drafters.medusa import MedusaDrafter, load_medusa_heads
 from specdec.drafters.ngram import PromptLookupDrafter
 from specdec.drafters.suffix import SuffixDrafter, read_corpus
 from specdec.errors import ConfigError
 from specdec.runtime.loading import LanguageModel, load_model
 
-DRAFTER_KINDS = ("none", "ngram[:N]", "draft:MODEL", "early:L", "suffix[:PATH]", "eagle[:PATH]", "auto[:A,B,...]")
+DRAFTER_KINDS = ("none", "ngram[:N]", "draft:MODEL", "early:L", "suffix[:PATH]", "eagle[:PATH]", "eagle-tree[:PATH]", "medusa[:PATH]",
+                 "auto[:A,B,...]")
+TREE_BUDGET, TREE_TOP_K = 16, 4  # eagle-tree: nodes verified per round, candidates per expanded node
 SHIPPED_HEADS = Path(__file__).resolve().parent.parent / "heads" / "shipped"  # trained for the default model
 
 
@@ -71,9 +76,13 @@ def build_drafter(
             return SuffixDrafter(learn_outputs=True)
         encode = lambda text: target.tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
         return SuffixDrafter(read_corpus(Path(arg).expanduser(), encode), learn_outputs=True)
-    if kind == "eagle":
+    if kind in ("eagle", "eagle-tree"):
         folder = Path(arg).expanduser() if arg else shipped_head(target, "eagle")
-        return EagleDrafter(target, load_eagle_head(folder, target), name=spec.strip())
+        tree = dict(tree_budget=TREE_BUDGET, top_k=TREE_TOP_K) if kind == "eagle-tree" else {}
+        return EagleDrafter(target, load_eagle_head(folder, target), name=spec.strip(), **tree)
+    if kind == "medusa":
+        folder = Path(arg).expanduser() if arg else shipped_head(target, "medusa")
+        return MedusaDrafter(target, load_medusa_heads(folder, target), name=spec.strip())
     raise ConfigError(f"unknown drafter '{spec}'; choose one of: {', '.join(DRAFTER_KINDS)}")
 
 
@@ -87,5 +96,5 @@ def shipped_head(target: LanguageModel, kind: str) -> Path:
     return folder
 
 
-__all__ = ["Draft", "Drafter", "DraftModelDrafter", "EagleDrafter", "EarlyExitDrafter", "PromptLookupDrafter",
-           "SuffixDrafter", "build_drafter"]
+__all__ = ["Draft", "Drafter", "DraftModelDrafter", "EagleDrafter", "EarlyExitDrafter", "MedusaDrafter",
+           "PromptLookupDrafter", "SuffixDrafter", "build_drafter"]

@@ -5,6 +5,10 @@ so far). It returns a `Draft`: the token ids and, for drafters that sample, q â€
 token was drawn from, after the same temperature / top-k / top-p transform as the target. Drafters
 that look tokens up (n-gram, suffix) return q = None: a point-mass proposal.
 
+A drafter may instead propose a token tree (`Draft.parents`, see tree.py): up to `max_tokens`
+deep, with at most `max_nodes` nodes (the drafter's attribute; the engine reserves that much room in
+the target's cache). Tree nodes are candidates fixed before verification (q = None).
+
 Drafters never change the target model, and leave its cache's length as they found it. A drafter
 with a model of its own owns that model's cache and keeps it in step with `tokens` itself.
 """
@@ -18,6 +22,7 @@ from typing import Protocol
 import torch
 
 from specdec.sampling import SamplingParams, logits_to_probs, sample
+from specdec.tree import TokenTree
 
 
 @dataclass
@@ -25,12 +30,20 @@ class Draft:
     tokens: list[int]  # [k] proposed ids, k <= max_tokens (k = 0: nothing to propose this round)
     q: torch.Tensor | None = None  # [k, V] float32 draft probabilities; None = point mass
     match_length: int = 0  # lookup drafters: how many context tokens the match behind the proposal covers
+    parents: list[int] | None = None  # a token tree: node i hangs under parents[i] (-1: the root); None: a chain
 
     def __len__(self) -> int:
         return len(self.tokens)
 
+    @property
+    def depth(self) -> int:
+        """Tokens along the longest path (a chain: its length)."""
+        return len(self.tokens) if self.parents is None else max(TokenTree(self.tokens, self.parents).depths(), default=0)
+
     def prefix(self, k: int) -> Draft:
-        """The first k tokens (any prefix of a proposal is itself a valid proposal)."""
+        """The first k tokens of a chain (any prefix of a proposal is itself a valid proposal)."""
+        if self.parents is not None:
+            raise ValueError("a token tree has no prefix; verify it whole")
         return Draft(self.tokens[:k], None if self.q is None else self.q[:k], self.match_length)
 
 

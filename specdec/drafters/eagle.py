@@ -20,7 +20,7 @@ from specdec.heads.eagle import EagleConfig, EagleHead, lm_head_weight
 from specdec.heads.files import load_head
 from specdec.runtime.kv_cache import StaticKVCache
 from specdec.runtime.llama import LlamaModel
-from specdec.sampling import SamplingParams
+from specdec.sampling import SamplingParams, logits_to_probs
 
 
 def load_eagle_head(folder: Path, target) -> EagleHead:
@@ -31,22 +31,34 @@ def load_eagle_head(folder: Path, target) -> EagleHead:
 
 
 class EagleDrafter:
+    """A chain of γ drafts, or with `tree_budget` a dynamic tree (EAGLE-2): γ levels deep, each level
+    expanding the `top_k` most probable nodes of the level before by their `top_k` most probable
+    next tokens, then keeping the `tree_budget` nodes with the highest path probability (the product
+    of the draft's probabilities along the path; a node always outranks its children, so the kept
+    nodes form a tree). Candidates are ranked by the draft's distribution under the target's
+    sampling transform; they are fixed before verification, which treats them as point masses."""
+
     wants_features = True  # the engine passes the target's final hidden states of committed tokens
 
-    def __init__(self, target, head: EagleHead, name: str = "eagle") -> None:
+    def __init__(self, target, head: EagleHead, name: str = "eagle", tree_budget: int = 0, top_k: int = 4) -> None:
         if not isinstance(target.net, LlamaModel):
             raise ConfigError("EAGLE drafting reads the target's features: it needs the lean runtime (--runtime lean)")
         self.net = target.net
         self.head = head
         self.name = name
         self.head_rows = lm_head_weight(self.net)[head.vocab_ids].clone()  # [Vd, hidden]
+        if tree_budget < 0 or top_k < 1:
+            raise ConfigError(f"an EAGLE tree needs a budget >= 1 node and top_k >= 1, got {tree_budget} and {top_k}")
+        self.max_nodes = tree_budget  # 0: chains
+        self.top_k = top_k
         self.cache: StaticKVCache | None = None
         self.features: torch.Tensor | None = None  # [max_len, hidden]: f_t of committed tokens
         self.known = 0  # features known for tokens [0, known)
 
     def begin(self, prompt_ids: list[int], max_len: int, target_cache=None) -> None:
         c = self.head.config
-        self.cache = StaticKVCache(1, c.num_kv_heads, c.head_dim, max_len + 1, device=self.net.device, dtype=self.net.dtype)
+        room = max_len + 1 + self.max_nodes * self.top_k  # committed pairs, then a chain or the tree's expanded nodes
+        self.cache = StaticKVCache(1, c.num_kv_heads, c.head_dim, room, device=self.net.device, dtype=self.net.dtype)
         self.features = torch.zeros(max_len, c.hidden_size, device=self.net.device, dtype=self.net.dtype)
         self.known = 0
 
@@ -56,30 +68,53 @@ class EagleDrafter:
         self.known += n
 
     @torch.inference_mode()
-    def _step(self, features: torch.Tensor, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Feed pairs (features [n, hidden], ids [n]) at the next positions of the head's cache;
-        returns the last predicted feature [hidden] and the draft logits over the full vocabulary [V]."""
+    def _feed(self, features: torch.Tensor, ids: list[int], positions: list[int] | None = None,
+              tree_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Feed pairs (features [n, hidden], ids [n]) into the next slots of the head's cache, at the
+        next positions (a chain) or at `positions` seeing the committed pairs and per `tree_mask`
+        [n, slots drafted so far + n] the drafted ones. Returns the predicted features [n, hidden]
+        and the draft logits over the full vocabulary [n, V] (-inf outside the draft vocabulary)."""
         device = self.net.device
         past, n = self.cache.length, len(ids)
         self.cache.reserve(n)
-        positions = torch.arange(past, past + n, device=device)[None]  # [1, n]
+        if positions is None:
+            position_ids = torch.arange(past, past + n, device=device)[None]  # [1, n]
+            causal = past == 0 and n > 1
+            mask = None if causal else LlamaModel._attention_mask(past, n, None, device)
+        else:
+            position_ids = torch.tensor([positions], device=device)
+            causal = False
+            committed = torch.ones(n, self.known, dtype=torch.bool, device=device)
+            mask = torch.cat((committed, tree_mask.to(device)), dim=1)[None, None]  # [1, 1, n, past + n]
         embeds = self.net.embed(torch.tensor([ids], device=device))  # [1, n, hidden]
-        causal = past == 0 and n > 1
-        mask = None if causal else LlamaModel._attention_mask(past, n, None, device)
-        predicted = self.head(features[None], embeds, positions, self.cache, mask, causal)[0, -1]  # [hidden]
+        predicted = self.head(features[None], embeds, position_ids, self.cache, mask, causal)[0]  # [n, hidden]
         self.cache.advance(n)
-        logits = torch.full((self.net.vocab_size,), float("-inf"), device=device)  # [V]
-        logits[self.head.vocab_ids] = (self.head_rows @ predicted).float()
+        logits = torch.full((n, self.net.vocab_size), float("-inf"), device=device)  # [n, V]
+        logits[:, self.head.vocab_ids] = (predicted @ self.head_rows.T).float()
         return predicted, logits
 
-    def propose(self, tokens: list[int], max_tokens: int, params: SamplingParams, generator: torch.Generator) -> Draft:
-        if max_tokens <= 0:
-            return Draft([], None)
+    def verified_tokens(self, gamma: int) -> int:
+        """Draft tokens a proposal of depth γ puts in the verification pass (the policy prices it)."""
+        if not self.max_nodes:
+            return gamma
+        return min(self.max_nodes, self.top_k + (gamma - 1) * self.top_k * self.top_k)
+
+    def _catch_up(self, tokens: list[int]) -> int:
+        """Check the features are in step, roll the cache back to the committed pairs not yet fed
+        (at least the last one, whose prediction starts the draft); returns the first pair to feed."""
         if self.known != len(tokens) - 1:
             raise RuntimeError(f"{self.name} has features for {self.known} tokens, expected {len(tokens) - 1} "
                                "(every committed token but the last): the engine must call accept_features")
         start = min(self.cache.length, self.known - 1)  # pairs (f_t, x_{t+1}) for t >= start are not fed yet
         self.cache.truncate(start)
+        return start
+
+    def propose(self, tokens: list[int], max_tokens: int, params: SamplingParams, generator: torch.Generator) -> Draft:
+        if max_tokens <= 0:
+            return Draft([], None)
+        if self.max_nodes:
+            return self._propose_tree(tokens, max_tokens, params)
+        start = self._catch_up(tokens)
         state = {"feature": None}
 
         def next_logits(ids: list[int]) -> torch.Tensor:
@@ -87,10 +122,81 @@ class EagleDrafter:
                 features = self.features[start:self.known]  # [n, hidden]
             else:  # a drafted token: the head's own prediction of the feature before it
                 features = state["feature"][None]  # [1, hidden]
-            state["feature"], logits = self._step(features, ids)
-            return logits
+            predicted, logits = self._feed(features, ids)
+            state["feature"] = predicted[-1]
+            return logits[-1]
 
         try:
             return draft_chain(next_logits, tokens[start + 1:], max_tokens, params, generator)
         finally:
             self.cache.truncate(self.known)
+
+    def _propose_tree(self, tokens: list[int], depth: int, params: SamplingParams) -> Draft:
+        start = self._catch_up(tokens)
+        try:
+            predicted, logits = self._feed(self.features[start:self.known], tokens[start + 1:])
+            width = min(self.top_k, len(self.head.vocab_ids))
+            node_tokens: list[int] = []
+            node_parents: list[int] = []
+            scores: list[float] = []  # log of the path probability under q
+            slot: dict[int, int] = {}  # fed node → its slot among this round's drafted pairs
+            outputs = [predicted[-1]]  # predicted features: [0] the root's, then one per fed node, by slot + 1
+            level = self._add(node_tokens, node_parents, scores, -1, 0.0, self._log_q(logits[-1], params).topk(width))
+            for _ in range(depth - 1):
+                expand = sorted(level, key=lambda i: -scores[i])[: self.top_k]
+                parents_fed = [0 if node_parents[i] < 0 else slot[node_parents[i]] + 1 for i in expand]
+                mask = self._tree_mask(expand, node_parents, slot)
+                positions = [self.known + self._depth(i, node_parents) - 1 for i in expand]
+                for i in expand:
+                    slot[i] = len(slot)
+                fed, logits = self._feed(torch.stack([outputs[j] for j in parents_fed]),  # [m, hidden]
+                                         [node_tokens[i] for i in expand], positions, mask)
+                outputs.extend(fed)
+                level = []
+                for row, i in enumerate(expand):
+                    level += self._add(node_tokens, node_parents, scores, i, scores[i],
+                                       self._log_q(logits[row], params).topk(width))
+            keep = sorted(sorted(range(len(node_tokens)), key=lambda i: -scores[i])[: self.max_nodes])
+            new_index = {old: new for new, old in enumerate(keep)}
+            return Draft([node_tokens[i] for i in keep], None,
+                         parents=[-1 if node_parents[i] < 0 else new_index[node_parents[i]] for i in keep])
+        finally:
+            self.cache.truncate(self.known)
+
+    @staticmethod
+    def _log_q(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:  # [V] -> [V]
+        """log q under the target's sampling transform (greedy: the plain softmax ranks the same)."""
+        if params.greedy:
+            return torch.log_softmax(logits, -1)
+        return logits_to_probs(logits, params).clamp(min=1e-30).log()
+
+    @staticmethod
+    def _add(node_tokens, node_parents, scores, parent: int, parent_score: float, top) -> list[int]:
+        added = []
+        for logp, token in zip(top.values.tolist(), top.indices.tolist()):
+            if logp == float("-inf"):
+                continue  # outside the draft vocabulary or cut by top-k / top-p
+            added.append(len(node_tokens))
+            node_tokens.append(token)
+            node_parents.append(parent)
+            scores.append(parent_score + logp)
+        return added
+
+    @staticmethod
+    def _depth(node: int, parents: list[int]) -> int:
+        depth = 1
+        while parents[node] >= 0:
+            node, depth = parents[node], depth + 1
+        return depth
+
+    def _tree_mask(self, expand: list[int], parents: list[int], slot: dict) -> torch.Tensor:
+        """[m, drafted slots + m] bool: each node to feed sees its fed ancestors and itself."""
+        fed = len(slot)
+        mask = torch.zeros(len(expand), fed + len(expand), dtype=torch.bool)
+        for row, node in enumerate(expand):
+            mask[row, fed + row] = True
+            ancestor = parents[node]
+            while ancestor >= 0:
+                mask[row, slot[ancestor]] = True
+                ancestor = parents[ancestor]
+        return mask

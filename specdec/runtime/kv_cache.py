@@ -79,6 +79,9 @@ class StaticKVCache(CacheLength):
         if keep.numel() and (int(keep.max()) >= self.length or bool((keep[1:] <= keep[:-1]).any())):
             raise ValueError("compact needs strictly ascending slot indices below the cache length")
         n = keep.numel()
-        self.keys[:, :, :, :n] = self.keys.index_select(3, keep)
-        self.values[:, :, :, :n] = self.values.index_select(3, keep)
+        # slots already in place (a tree pass keeps the whole context before it) are not copied
+        in_place = int((keep == torch.arange(n, device=keep.device)).long().cumprod(0).sum())
+        moved = keep[in_place:]
+        self.keys[:, :, :, in_place:n] = self.keys.index_select(3, moved)
+        self.values[:, :, :, in_place:n] = self.values.index_select(3, moved)
         self.length = n

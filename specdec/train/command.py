@@ -1,7 +1,9 @@
-"""`specdec train eagle`: self-distillation data from the target, then the head trained on it.
+"""`specdec train eagle|medusa`: self-distillation data from the target, then the head trained on it.
 
     specdec train eagle --model smollm2-135m --data distill-data --out my-eagle
-    specdec generate "..." --drafter eagle:my-eagle
+    specdec generate "..." --drafter eagle:my-eagle       (or eagle-tree:my-eagle)
+    specdec train medusa --model smollm2-135m --data distill-data --out my-medusa
+    specdec generate "..." --drafter medusa:my-medusa
 
 Both steps resume: the data is written in shards (a stopped run continues after the last complete
 one), training keeps a checkpoint (model and optimiser, safetensors) every few steps and at the end
@@ -16,7 +18,7 @@ from pathlib import Path
 
 from specdec.errors import SpecdecError
 
-KINDS = ("eagle",)
+KINDS = ("eagle", "medusa")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -28,7 +30,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=192, help="longest answer in the data (default 192)")
     p.add_argument("--batch-size", type=int, default=32, help="answers generated together (default 32)")
     p.add_argument("--draft-vocab", type=int, default=8192, help="tokens the head may propose: the most frequent (default 8192)")
-    p.add_argument("--depth", type=int, default=3, help="draft steps unrolled in training (default 3)")
+    p.add_argument("--depth", type=int, default=3, help="eagle: draft steps unrolled in training (default 3)")
+    p.add_argument("--heads", type=int, default=4, help="medusa: number of heads, i.e. tokens guessed ahead (default 4)")
     p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0, help="seeds the instructions, the split and the training")
@@ -36,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def check(args) -> None:
-    for name in ("prompts", "max_new_tokens", "batch_size", "draft_vocab", "depth", "epochs"):
+    for name in ("prompts", "max_new_tokens", "batch_size", "draft_vocab", "depth", "heads", "epochs"):
         if getattr(args, name) < 1:
             raise SpecdecError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if not args.lr > 0:
@@ -49,6 +52,7 @@ def run(args, console) -> int:
     from specdec.runtime import load_model
     from specdec.train.distill import distill
     from specdec.train.eagle import train_eagle
+    from specdec.train.medusa import train_medusa
     from specdec.train.instructions import instructions
 
     check(args)
@@ -67,10 +71,15 @@ def run(args, console) -> int:
         def on_step(step: int, total: int, loss: float) -> None:
             progress.update(task, completed=step, total=total, note=f"loss {loss:.3f}")
 
-        info = train_eagle(target, args.data, args.out, draft_vocab=args.draft_vocab, depth=args.depth, epochs=args.epochs,
-                           lr=args.lr, seed=args.seed, progress=on_step, log=console.print)
+        common = dict(draft_vocab=args.draft_vocab, epochs=args.epochs, lr=args.lr, seed=args.seed, progress=on_step,
+                      log=console.print)
+        if args.kind == "eagle":
+            info = train_eagle(target, args.data, args.out, depth=args.depth, **common)
+        else:
+            info = train_medusa(target, args.data, args.out, num_heads=args.heads, **common)
     last = info["history"][-1]
-    console.print(f"EAGLE head written to {args.out}: validation α per depth {last['alpha_per_depth']}, "
+    console.print(f"{args.kind} head written to {args.out}: validation α per depth {last['alpha_per_depth']}, "
                   f"chain MAT {last['chain_mat']}; draft vocabulary covers {info['draft_vocab_coverage']:.1%} of answer tokens")
-    console.print(f"use it with: specdec generate \"...\" --model {args.model} --drafter eagle:{args.out}")
+    drafter = f"eagle-tree:{args.out}" if args.kind == "eagle" else f"medusa:{args.out}"
+    console.print(f"use it with: specdec generate \"...\" --model {args.model} --drafter {drafter}")
     return 0

@@ -127,6 +127,8 @@ def distill(target, prompts: list[str], out_dir: Path, *, max_new_tokens: int = 
     generator = params.generator(target.net.device)
     eos = set(target.eos_token_ids)
     started = time.perf_counter()
+    if progress:
+        progress(min(done, len(encoded)), len(encoded))
     for shard_start in range(done, len(encoded), shard_size):
         chunk = list(range(shard_start, min(shard_start + shard_size, len(encoded))))
         by_length = sorted(chunk, key=lambda i: len(encoded[i]))  # similar lengths share a batch: less padding

@@ -13,7 +13,6 @@ unrolled pass) — reported as α per depth (conditional) and the MAT a chain of
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import torch.nn.functional as F
 from specdec.heads.eagle import EagleConfig, EagleHead, lm_head_weight
 from specdec.heads.files import save_head
 from specdec.train.distill import Sequence, load_sequences
-from specdec.train.loop import Batch, batches, learning_rate, load_checkpoint, save_checkpoint, split
+from specdec.train.loop import Batch, fit, split
 from specdec.train.unroll import unrolled_predictions
 
 CE_WEIGHT = 0.1
@@ -97,9 +96,7 @@ def chain_acceptance(corrects: list[torch.Tensor], counted: list[torch.Tensor]) 
     return reached, accepted
 
 
-@torch.no_grad()
 def validate(objective: EagleObjective, val_batches: list[Batch]) -> dict:
-    objective.head.eval()
     losses, reached, accepted = [], None, None
     for batch in val_batches:
         loss, corrects, counted = objective(batch, train=False)
@@ -107,14 +104,18 @@ def validate(objective: EagleObjective, val_batches: list[Batch]) -> dict:
         r, a = chain_acceptance(corrects, counted)
         reached = r if reached is None else [x + y for x, y in zip(reached, r)]
         accepted = a if accepted is None else [x + y for x, y in zip(accepted, a)]
-    objective.head.train()
     alphas = [a / r if r else 0.0 for a, r in zip(accepted, reached)]
+    return {"loss": round(sum(losses) / max(1, len(losses)), 4), "alpha_per_depth": [round(a, 4) for a in alphas],
+            "chain_mat": round(chain_mat(alphas), 3)}
+
+
+def chain_mat(alphas: list[float]) -> float:
+    """Mean tokens a round commits when the drafts at depth d pass with conditional rate alphas[d]."""
     survive, mat = 1.0, 1.0
     for alpha in alphas:
         survive *= alpha
         mat += survive
-    return {"loss": sum(losses) / max(1, len(losses)), "alpha_per_depth": [round(a, 4) for a in alphas],
-            "chain_mat": round(mat, 3)}
+    return mat
 
 
 def train_eagle(target, data_dir: Path, out_dir: Path, *, draft_vocab: int = 8192, depth: int = 3, epochs: int = 4,
@@ -126,8 +127,7 @@ def train_eagle(target, data_dir: Path, out_dir: Path, *, draft_vocab: int = 819
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
-    sequences = load_sequences(data_dir)
-    train_seqs, val_seqs = split(sequences, validation_share, seed)
+    train_seqs, val_seqs = split(load_sequences(data_dir), validation_share, seed)
     net = target.net
     vocab_ids, coverage = draft_vocabulary(train_seqs, draft_vocab, list(target.eos_token_ids))
     config = EagleConfig.for_target(net.config, len(vocab_ids))
@@ -135,38 +135,11 @@ def train_eagle(target, data_dir: Path, out_dir: Path, *, draft_vocab: int = 819
     head.vocab_ids.copy_(vocab_ids)
     head_rows = lm_head_weight(net)[vocab_ids].float().clone()  # [Vd, hidden]
     objective = EagleObjective(head, net.embed, head_rows, net.vocab_size, depth, noise)
-    optimizer = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
-    val_batches = batches(val_seqs, batch_tokens, max_len, seed=None)
-    steps_per_epoch = len(batches(train_seqs, batch_tokens, max_len, seed=None))
-    total = steps_per_epoch * epochs
-    state = load_checkpoint(out_dir, head, optimizer) or {"step": 0, "history": []}
-    if state["step"]:
-        log(f"resuming at step {state['step']} of {total}")
-    started = time.perf_counter()
-    step = state["step"]
-    for epoch in range(step // steps_per_epoch, epochs):
-        epoch_batches = batches(train_seqs, batch_tokens, max_len, seed=seed + epoch)
-        for index in range(step - epoch * steps_per_epoch, len(epoch_batches)):
-            for group in optimizer.param_groups:
-                group["lr"] = learning_rate(step, total, lr, warmup=max(1, total // 50))
-            loss, _, _ = objective(epoch_batches[index], train=True)
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(head.parameters(), 0.5)
-            optimizer.step()
-            step += 1
-            if progress:
-                progress(step, total, loss.item())
-            if step % checkpoint_every == 0:
-                save_checkpoint(out_dir, head, optimizer, {**state, "step": step})
-        result = validate(objective, val_batches)
-        result.update(epoch=epoch + 1, step=step)
-        state["history"].append(result)
-        log(f"epoch {epoch + 1}: validation α per depth {result['alpha_per_depth']}, chain MAT {result['chain_mat']}")
-        save_checkpoint(out_dir, head, optimizer, {**state, "step": step})
+    result = fit(head, objective, lambda val: validate(objective, val), train_seqs, val_seqs, out_dir, epochs=epochs,
+                 lr=lr, batch_tokens=batch_tokens, max_len=max_len, seed=seed, checkpoint_every=checkpoint_every,
+                 progress=progress, log=log)
     info = {"target": target.name, "data": str(data_dir), "sequences": {"train": len(train_seqs), "validation": len(val_seqs)},
             "draft_vocab_coverage": round(coverage, 4), "depth": depth, "epochs": epochs, "lr": lr,
-            "batch_tokens": batch_tokens, "noise": noise, "seed": seed, "history": state["history"],
-            "seconds_this_run": round(time.perf_counter() - started, 1)}
+            "batch_tokens": batch_tokens, "noise": noise, "seed": seed, **result}
     save_head(out_dir, "eagle", config.to_dict(), head.state_dict(), info)
     return info

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import math
 import random
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,3 +104,44 @@ def load_checkpoint(folder: Path, model: torch.nn.Module, optimizer: torch.optim
             name, _, slot = key[6:].rpartition(".")
             optimizer.state[params[name]][slot] = value
     return json.loads((folder / CHECKPOINT_STATE).read_text())
+
+
+def fit(model: torch.nn.Module, objective: Callable, validate: Callable, train_seqs: list[Sequence],
+        val_seqs: list[Sequence], out_dir: Path, *, epochs: int, lr: float, batch_tokens: int, max_len: int,
+        seed: int, checkpoint_every: int, progress=None, log=print) -> dict:
+    """AdamW with warm-up and cosine decay over `epochs` of `train_seqs`; `objective(batch, train=True)`
+    returns (loss, ...); `validate(batches)` a dict, logged after each epoch. Resumes from the
+    checkpoint in `out_dir`. Returns {"history": [...], "seconds_this_run": ...}."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
+    val_batches = batches(val_seqs, batch_tokens, max_len, seed=None)
+    steps_per_epoch = len(batches(train_seqs, batch_tokens, max_len, seed=None))
+    total = steps_per_epoch * epochs
+    state = load_checkpoint(out_dir, model, optimizer) or {"step": 0, "history": []}
+    if state["step"]:
+        log(f"resuming at step {state['step']} of {total}")
+    started = time.perf_counter()
+    step = state["step"]
+    for epoch in range(step // steps_per_epoch, epochs):
+        epoch_batches = batches(train_seqs, batch_tokens, max_len, seed=seed + epoch)
+        for index in range(step - epoch * steps_per_epoch, len(epoch_batches)):
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate(step, total, lr, warmup=max(1, total // 50))
+            loss = objective(epoch_batches[index], train=True)[0]
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+            optimizer.step()
+            step += 1
+            if progress:
+                progress(step, total, loss.item())
+            if step % checkpoint_every == 0:
+                save_checkpoint(out_dir, model, optimizer, {**state, "step": step})
+        model.eval()
+        with torch.no_grad():
+            result = validate(val_batches)
+        model.train()
+        result.update(epoch=epoch + 1, step=step)
+        state["history"].append(result)
+        log(f"epoch {epoch + 1}: " + ", ".join(f"{k} {v}" for k, v in result.items() if k not in ("epoch", "step")))
+        save_checkpoint(out_dir, model, optimizer, {**state, "step": step})
+    return {"history": state["history"], "seconds_this_run": round(time.perf_counter() - started, 1)}
