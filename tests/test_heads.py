@@ -102,11 +102,16 @@ def test_train_save_load_generate(tiny_target, tiny_data, tmp_path):
     assert meta["kind"] == "eagle" and meta["config"]["draft_vocab"] == 48 and len(meta["history"]) == 3
     first, last = info["history"][0], info["history"][-1]
     assert last["loss"] < first["loss"]  # it learned something on held-out sequences
-    drafter = build_drafter(f"eagle:{tmp_path / 'head'}", tiny_target)
-    prompt = tiny_target.tokenizer.encode(word_prompts(1, seed=5)[0])
+    assert_greedy_equal(tiny_target, build_drafter(f"eagle:{tmp_path / 'head'}", tiny_target))
+    assert_greedy_equal(tiny_target, build_drafter(f"eagle-tree:{tmp_path / 'head'}", tiny_target))
+
+
+def assert_greedy_equal(target, drafter) -> None:
+    """A trained drafter's greedy output equals plain decoding's, and some of its drafts were accepted."""
+    prompt = target.tokenizer.encode(word_prompts(1, seed=5)[0])
     config = GenerationConfig(max_new_tokens=40, gamma=3, ignore_eos=True)
-    spec = Engine(tiny_target, drafter).generate(prompt, config)
-    assert spec.token_ids == Engine(tiny_target).generate(prompt, config).token_ids
+    spec = Engine(target, drafter).generate(prompt, config)
+    assert spec.token_ids == Engine(target).generate(prompt, config).token_ids
     assert spec.stats.accepted > 0
 
 
@@ -120,11 +125,7 @@ def test_medusa_train_save_load_generate(tiny_target, tiny_data, tmp_path):
     assert sum(last["top1_per_head"]) >= sum(first["top1_per_head"])
     drafter = build_drafter(f"medusa:{tmp_path / 'medusa'}", tiny_target)  # the default tree, cut to 3 deep
     assert drafter.max_nodes == 14
-    prompt = tiny_target.tokenizer.encode(word_prompts(1, seed=5)[0])
-    config = GenerationConfig(max_new_tokens=40, gamma=3, ignore_eos=True)
-    spec = Engine(tiny_target, drafter).generate(prompt, config)
-    assert spec.token_ids == Engine(tiny_target).generate(prompt, config).token_ids
-    assert spec.stats.accepted > 0
+    assert_greedy_equal(tiny_target, drafter)
 
 
 def test_a_stopped_training_resumes_to_the_same_weights(tiny_target, tiny_data, tmp_path):

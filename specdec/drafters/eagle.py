@@ -17,17 +17,14 @@ import torch
 from specdec.drafters.base import Draft, draft_chain
 from specdec.errors import ConfigError
 from specdec.heads.eagle import EagleConfig, EagleHead, lm_head_weight
-from specdec.heads.files import load_head
+from specdec.heads.files import load_module
 from specdec.runtime.kv_cache import StaticKVCache
 from specdec.runtime.llama import LlamaModel
 from specdec.sampling import SamplingParams, logits_to_probs
 
 
 def load_eagle_head(folder: Path, target) -> EagleHead:
-    meta, weights = load_head(folder, "eagle", target)
-    head = EagleHead(EagleConfig(**meta["config"]))
-    head.load_state_dict(weights)
-    return head.to(device=target.net.device, dtype=target.net.dtype).eval()
+    return load_module(folder, "eagle", target, lambda config: EagleHead(EagleConfig(**config)))
 
 
 class EagleDrafter:

@@ -17,7 +17,7 @@ import torch
 from specdec.drafters.base import Draft
 from specdec.errors import ConfigError
 from specdec.heads.eagle import lm_head_weight
-from specdec.heads.files import load_head
+from specdec.heads.files import load_module
 from specdec.heads.medusa import MedusaConfig, MedusaHeads
 from specdec.runtime.llama import LlamaModel
 from specdec.sampling import SamplingParams, logits_to_probs
@@ -28,10 +28,7 @@ DEFAULT_PATHS = [[0], [1], [2], [3], [0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [2,
 
 
 def load_medusa_heads(folder: Path, target) -> MedusaHeads:
-    meta, weights = load_head(folder, "medusa", target)
-    heads = MedusaHeads(MedusaConfig(**meta["config"]))
-    heads.load_state_dict(weights)
-    return heads.to(device=target.net.device, dtype=target.net.dtype).eval()
+    return load_module(folder, "medusa", target, lambda config: MedusaHeads(MedusaConfig(**config)))
 
 
 class MedusaDrafter:

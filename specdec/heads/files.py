@@ -54,3 +54,12 @@ def check_target(meta: dict, target) -> None:
     if have != want:
         raise ConfigError(f"this head was trained for a model with {have} ({meta.get('target', '?')}); "
                           f"the target has {want}")
+
+
+def load_module(folder: Path, kind: str, target, build) -> torch.nn.Module:
+    """The head in `folder`, built by `build(config dict)`, its weights loaded, on the target's device
+    and in its dtype, in eval mode."""
+    meta, weights = load_head(folder, kind, target)
+    module = build(meta["config"])
+    module.load_state_dict(weights)
+    return module.to(device=target.net.device, dtype=target.net.dtype).eval()

@@ -13,31 +13,18 @@ unrolled pass) — reported as α per depth (conditional) and the MAT a chain of
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from specdec.heads.eagle import EagleConfig, EagleHead, lm_head_weight
+from specdec.heads.eagle import EagleConfig, EagleHead
 from specdec.heads.files import save_head
-from specdec.train.distill import Sequence, load_sequences
-from specdec.train.loop import Batch, fit, split
+from specdec.train.loop import Batch, data_info, fit, prepare
 from specdec.train.unroll import unrolled_predictions
 
 CE_WEIGHT = 0.1
 IGNORE = -100
-
-
-def draft_vocabulary(sequences: list[Sequence], size: int, always: list[int]) -> tuple[torch.Tensor, float]:
-    """The `size` most frequent answer tokens (plus `always`, e.g. end-of-sequence), and the share of
-    answer tokens they cover."""
-    counts = Counter(t for s in sequences for t in s.tokens[s.answer_start:])
-    chosen = [t for t in always if t is not None][:size]
-    chosen += [t for t, _ in counts.most_common() if t not in chosen][: size - len(chosen)]
-    total = sum(counts.values())
-    covered = sum(counts[t] for t in chosen) / total if total else 0.0
-    return torch.tensor(sorted(chosen)), covered
 
 
 class EagleObjective:
@@ -124,22 +111,16 @@ def train_eagle(target, data_dir: Path, out_dir: Path, *, draft_vocab: int = 819
                 log=print) -> dict:
     """Train (or resume training) an EAGLE head for `target` on the data in `data_dir`; the head is
     written to `out_dir` (head.safetensors + head.json), with checkpoints beside it."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(seed)
-    train_seqs, val_seqs = split(load_sequences(data_dir), validation_share, seed)
+    data = prepare(target, data_dir, out_dir, draft_vocab, validation_share, seed)
     net = target.net
-    vocab_ids, coverage = draft_vocabulary(train_seqs, draft_vocab, list(target.eos_token_ids))
-    config = EagleConfig.for_target(net.config, len(vocab_ids))
+    config = EagleConfig.for_target(net.config, len(data.vocab_ids))
     head = EagleHead(config).float()
-    head.vocab_ids.copy_(vocab_ids)
-    head_rows = lm_head_weight(net)[vocab_ids].float().clone()  # [Vd, hidden]
-    objective = EagleObjective(head, net.embed, head_rows, net.vocab_size, depth, noise)
-    result = fit(head, objective, lambda val: validate(objective, val), train_seqs, val_seqs, out_dir, epochs=epochs,
+    head.vocab_ids.copy_(data.vocab_ids)
+    objective = EagleObjective(head, net.embed, data.head_rows, net.vocab_size, depth, noise)
+    result = fit(head, objective, lambda val: validate(objective, val), data.train, data.validation, out_dir, epochs=epochs,
                  lr=lr, batch_tokens=batch_tokens, max_len=max_len, seed=seed, checkpoint_every=checkpoint_every,
                  progress=progress, log=log)
-    info = {"target": target.name, "data": str(data_dir), "sequences": {"train": len(train_seqs), "validation": len(val_seqs)},
-            "draft_vocab_coverage": round(coverage, 4), "depth": depth, "epochs": epochs, "lr": lr,
+    info = {**data_info(target, data_dir, data), "depth": depth, "epochs": epochs, "lr": lr,
             "batch_tokens": batch_tokens, "noise": noise, "seed": seed, **result}
     save_head(out_dir, "eagle", config.to_dict(), head.state_dict(), info)
     return info

@@ -7,6 +7,7 @@ import json
 import math
 import random
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,46 @@ class Batch:
     features: torch.Tensor  # [B, T, hidden] float32, the target's f_t
     valid: torch.Tensor  # [B, T] bool: a real token
     answer: torch.Tensor  # [B, T] bool: a token of the answer (the target's own output)
+
+
+@dataclass
+class Prepared:
+    train: list[Sequence]
+    validation: list[Sequence]
+    vocab_ids: torch.Tensor  # [Vd] the draft vocabulary (target ids, ascending)
+    coverage: float  # share of the training answers' tokens inside it
+    head_rows: torch.Tensor  # [Vd, hidden] float32: the target's LM head rows of those ids (frozen)
+
+
+def prepare(target, data_dir: Path, out_dir: Path, draft_vocab: int, validation_share: float, seed: int) -> Prepared:
+    """What every head's training starts from: the output folder, the seed, the data split, the
+    draft vocabulary and its LM head rows."""
+    from specdec.heads.eagle import lm_head_weight
+    from specdec.train.distill import load_sequences
+
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    train_seqs, val_seqs = split(load_sequences(data_dir), validation_share, seed)
+    vocab_ids, coverage = draft_vocabulary(train_seqs, draft_vocab, list(target.eos_token_ids))
+    return Prepared(train_seqs, val_seqs, vocab_ids, coverage, lm_head_weight(target.net)[vocab_ids].float().clone())
+
+
+def draft_vocabulary(sequences: list[Sequence], size: int, always: list[int]) -> tuple[torch.Tensor, float]:
+    """The `size` most frequent answer tokens (plus `always`, e.g. end-of-sequence), and the share of
+    answer tokens they cover."""
+    counts = Counter(t for s in sequences for t in s.tokens[s.answer_start:])
+    chosen = [t for t in always if t is not None][:size]
+    chosen += [t for t, _ in counts.most_common() if t not in chosen][: size - len(chosen)]
+    total = sum(counts.values())
+    covered = sum(counts[t] for t in chosen) / total if total else 0.0
+    return torch.tensor(sorted(chosen)), covered
+
+
+def data_info(target, data_dir: Path, data: Prepared) -> dict:
+    """What head.json records about the data a head was trained on."""
+    return {"target": target.name, "data": str(data_dir),
+            "sequences": {"train": len(data.train), "validation": len(data.validation)},
+            "draft_vocab_coverage": round(data.coverage, 4)}
 
 
 def split(sequences: list[Sequence], validation_share: float, seed: int) -> tuple[list[Sequence], list[Sequence]]:

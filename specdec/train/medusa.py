@@ -15,12 +15,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from specdec.heads.eagle import lm_head_weight
 from specdec.heads.files import save_head
 from specdec.heads.medusa import MedusaConfig, MedusaHeads
-from specdec.train.distill import load_sequences
-from specdec.train.eagle import IGNORE, chain_mat, draft_vocabulary
-from specdec.train.loop import Batch, fit, split
+from specdec.train.eagle import IGNORE, chain_mat
+from specdec.train.loop import Batch, data_info, fit, prepare
 
 HEAD_DECAY = 0.8
 
@@ -75,21 +73,15 @@ def train_medusa(target, data_dir: Path, out_dir: Path, *, num_heads: int = 4, d
                  lr: float = 1e-3, batch_tokens: int = 4096, max_len: int = 384, validation_share: float = 0.05,
                  seed: int = 0, checkpoint_every: int = 50, progress=None, log=print) -> dict:
     """Train (or resume training) Medusa heads for `target` on the data in `data_dir`, written to `out_dir`."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(seed)
-    train_seqs, val_seqs = split(load_sequences(data_dir), validation_share, seed)
-    net = target.net
-    vocab_ids, coverage = draft_vocabulary(train_seqs, draft_vocab, list(target.eos_token_ids))
-    config = MedusaConfig(net.config.hidden_size, net.vocab_size, num_heads, len(vocab_ids))
+    data = prepare(target, data_dir, out_dir, draft_vocab, validation_share, seed)
+    config = MedusaConfig(target.net.config.hidden_size, target.vocab_size, num_heads, len(data.vocab_ids))
     heads = MedusaHeads(config).float()
-    heads.vocab_ids.copy_(vocab_ids)
-    objective = MedusaObjective(heads, lm_head_weight(net)[vocab_ids].float().clone(), net.vocab_size)
-    result = fit(heads, objective, lambda val: validate(objective, val), train_seqs, val_seqs, out_dir, epochs=epochs,
+    heads.vocab_ids.copy_(data.vocab_ids)
+    objective = MedusaObjective(heads, data.head_rows, target.vocab_size)
+    result = fit(heads, objective, lambda val: validate(objective, val), data.train, data.validation, out_dir, epochs=epochs,
                  lr=lr, batch_tokens=batch_tokens, max_len=max_len, seed=seed, checkpoint_every=checkpoint_every,
                  progress=progress, log=log)
-    info = {"target": target.name, "data": str(data_dir), "sequences": {"train": len(train_seqs), "validation": len(val_seqs)},
-            "draft_vocab_coverage": round(coverage, 4), "epochs": epochs, "lr": lr, "batch_tokens": batch_tokens,
+    info = {**data_info(target, data_dir, data), "epochs": epochs, "lr": lr, "batch_tokens": batch_tokens,
             "seed": seed, **result}
     save_head(out_dir, "medusa", config.to_dict(), heads.state_dict(), info)
     return info
