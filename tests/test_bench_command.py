@@ -119,13 +119,14 @@ def test_a_tiny_bench_writes_report_plots_and_raw_results(tmp_path, tiny_folder,
         {"question_id": 2, "category": "writing", "turns": ["t7 t8 t7 t8", "t3 t4"]},
     ])
     out = tmp_path / "out"
-    code = main(["bench", "--model", str(tiny_folder), "--prompts", str(prompts), "--drafter", "ngram", "--gamma", "2,auto",
-                 "--temperature", "0,1", "--max-new-tokens", "6", "--out-dir", str(out)])
+    code = main(["bench", "--model", str(tiny_folder), "--prompts", str(prompts), "--drafter", "ngram", "--drafter", "suffix@1,3",
+                 "--gamma", "2,auto", "--temperature", "0,1", "--max-new-tokens", "6", "--out-dir", str(out)])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     summary = json.loads(captured.out.strip().splitlines()[-1])["summary"]
     greedy = summary["0"]
-    assert list(greedy["methods"]) == ["hf-generate", "hf-lookup", "plain", "ngram γ=2", "ngram γ=auto"]
+    assert list(greedy["methods"]) == ["hf-generate", "hf-lookup", "plain", "ngram γ=2", "ngram γ=auto",
+                                       "suffix γ=1", "suffix γ=3"]  # one row per (drafter, γ), none lost
     assert all(m["identical"] == 2 for m in greedy["methods"].values())  # every method, greedy: plain's tokens
     assert set(greedy["by_category"]) == {"qa", "mt_bench"}
     assert greedy["methods"]["ngram γ=2"]["predicted_speedup"] is not None
