@@ -89,7 +89,7 @@ def synthetic_costs(pool: list, draft_cost: float) -> CostModel:
     """A fixed cost model (deterministic choices): T(k) = 1 + 0.2 (k − 1); lookups cost nothing (the
     policy asks them every round and trims what they propose), model drafters `draft_cost` per token."""
     lookups = (PromptLookupDrafter, SuffixDrafter)
-    return CostModel({k: 1 + 0.2 * (k - 1) for k in range(1, 10)},
+    return CostModel({k: 1 + 0.2 * (k - 1) for k in range(1, 18)},  # up to the largest tree's pass
                      {d.name: DraftCost(0.0, 0.0 if isinstance(d, lookups) else draft_cost) for d in pool},
                      calibrate=False)
 
