@@ -13,7 +13,6 @@ control runs the same speculative engines with a verifier that accepts every dra
 
 from __future__ import annotations
 
-import itertools
 
 import numpy as np
 import pytest

@@ -18,7 +18,7 @@ from specdec.runtime.kv_cache import StaticKVCache
 from specdec.runtime.llama import LlamaModel
 from specdec.train.distill import distill, generate_batch, load_sequences
 from specdec.train.eagle import train_eagle
-from specdec.train.unroll import unrolled_predictions
+from specdec.train.unroll import GrowingCache, unrolled_predictions
 
 
 def word_prompts(count: int, seed: int = 0) -> list[str]:
@@ -66,16 +66,8 @@ def test_unrolled_chain_equals_drafting_step_by_step():
                 predicted = feed(predicted[None], embeds[0, t : t + 1], t)
                 assert torch.allclose(predicted, blocks[d][0, t], atol=1e-5)
         # the negative control: a block that saw the future (plain causal attention) differs
-        wrong = head(blocks[0][:, :-1], embeds[:, 1:], torch.arange(1, 10)[None], _NoCache(), None, True)
+        wrong = head(blocks[0][:, :-1], embeds[:, 1:], torch.arange(1, 10)[None], GrowingCache(), None, True)
         assert not torch.allclose(wrong[0, 5], blocks[1][0, 6], atol=1e-3)
-
-
-class _NoCache:
-    length = 0
-
-    @staticmethod
-    def write(layer, keys, values):
-        return keys, values
 
 
 @pytest.fixture(scope="module")

@@ -54,16 +54,6 @@ class EagleConfig:
         return asdict(self)
 
 
-class PassThroughCache:
-    """A cache that stores nothing (training: the whole sequence is one causal pass)."""
-
-    length = 0
-
-    @staticmethod
-    def write(layer: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return keys, values
-
-
 class EagleHead(nn.Module):
     def __init__(self, config: EagleConfig) -> None:
         super().__init__()
@@ -86,7 +76,7 @@ class EagleHead(nn.Module):
         features: torch.Tensor,  # [B, T, hidden]: f_t (the target's, or the head's own predictions)
         next_embeds: torch.Tensor,  # [B, T, hidden]: the target's embedding of x_{t+1}
         positions: torch.Tensor,  # [B, T]: t
-        cache,  # StaticKVCache with one layer (drafting) or PassThroughCache (training)
+        cache,  # StaticKVCache with one layer (drafting) or train.unroll.GrowingCache (training)
         mask: torch.Tensor | None = None,  # [B or 1, 1, T, S] bool; None with causal
         causal: bool = False,
     ) -> torch.Tensor:  # [B, T, hidden]: predicted f_{t+1}
