@@ -234,8 +234,6 @@ def test_early_exit_leaves_the_target_cache_as_it_found_it(tiny_target):
 
 
 def test_bad_prompts_are_refused(tiny_folder):
-    from conftest import make_tiny_model
-
     model = load_model(str(tiny_folder))
     with pytest.raises(SpecdecError, match="empty"):
         Engine(model).generate([])
