@@ -242,7 +242,9 @@ class Engine:
         for drafter in self.drafters:
             drafter.begin(prompt_ids, max_len, cache)
         readers = [d for d in self.drafters if getattr(d, "wants_features", False)]  # EAGLE, Medusa: read features
-        logits, _ = self._target_pass(torch.tensor([prompt_ids], device=device), cache, readers, last_only=True)  # [1, 1, V]
+        logits, hidden = self._target_pass(torch.tensor([prompt_ids], device=device), cache, readers, last_only=True)
+        for reader in readers:  # every prompt token is committed: its feature goes to the drafters that read them
+            reader.accept_features(hidden[0])
         first = self._pick(logits[:, -1], params, generator)
         stats.target_passes = 1
         stats.prefill_seconds = time.perf_counter() - started
@@ -309,11 +311,12 @@ class Engine:
             new_pieces, done = commit(accepted_tokens + [int(next_token)], kinds)
             t2 = time.perf_counter()
             # 5. record
+            depth = draft.depth  # tokens drafted along the longest path (a chain: all of them)
             if policy:
-                policy.observe(plan, draft.depth, n, draft.match_length)
+                policy.observe(plan, depth, n, draft.match_length)
             if self.cost_model is not None:  # what this round's pass really cost corrects T(k) for the policy
                 self.cost_model.observe_round(len(draft) + 1, t2 - t1)
-            stats.record_round(draft.depth, n, drafter=drafter.name if drafter else "plain", gamma=plan.gamma,
+            stats.record_round(depth, n, drafter=drafter.name if drafter else "plain", gamma=plan.gamma,
                                committed=len(new_pieces), draft_seconds=t1 - t0, verify_seconds=t2 - t1)
             if config.trace:  # a tree is shown by its accepted path (the trace records chains)
                 shown = slice(None) if draft.parents is None else kept
@@ -344,16 +347,11 @@ class Engine:
     def _target_pass(self, ids: torch.Tensor, cache, readers: list, last_only: bool = False,
                      **tree) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One target pass over ids [1, T] -> logits [1, T, V] ([1, 1, V] when last_only), and the final
-        hidden states [1, T, hidden] when drafters read features (else None). After the prefill every
-        prompt token is committed, so its feature goes to those drafters here; after a verification
-        pass the caller hands over the features of the tokens it committed."""
+        hidden states [1, T, hidden] when drafters read features (else None): the caller hands those
+        of committed tokens to the drafters."""
         if not readers:
             return self.target.net.forward(ids, cache, last_only=last_only, **tree), None
-        logits, hidden = self.target.net.forward(ids, cache, last_only=last_only, return_hidden=True, **tree)
-        if last_only:
-            for reader in readers:
-                reader.accept_features(hidden[0])
-        return logits, hidden
+        return self.target.net.forward(ids, cache, last_only=last_only, return_hidden=True, **tree)
 
     def _trace(self, index: int, drafter: Drafter | None, plan: RoundPlan, draft_tokens: list[int],
                q: torch.Tensor | None, logits: torch.Tensor, p: torch.Tensor | None, params: SamplingParams,

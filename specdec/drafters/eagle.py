@@ -16,7 +16,7 @@ import torch
 
 from specdec.drafters.base import Draft, draft_chain
 from specdec.errors import ConfigError
-from specdec.heads.eagle import EagleConfig, EagleHead, lm_head_weight
+from specdec.heads.eagle import EagleConfig, EagleHead
 from specdec.heads.files import load_module
 from specdec.runtime.kv_cache import StaticKVCache
 from specdec.runtime.llama import LlamaModel
@@ -43,7 +43,7 @@ class EagleDrafter:
         self.net = target.net
         self.head = head
         self.name = name
-        self.head_rows = lm_head_weight(self.net)[head.vocab_ids].clone()  # [Vd, hidden]
+        self.head_rows = self.net.lm_head_weight()[head.vocab_ids].clone()  # [Vd, hidden]
         if tree_budget < 0 or top_k < 1:
             raise ConfigError(f"an EAGLE tree needs a budget >= 1 node and top_k >= 1, got {tree_budget} and {top_k}")
         self.max_nodes = tree_budget  # 0: chains
@@ -136,14 +136,15 @@ class EagleDrafter:
             node_tokens: list[int] = []
             node_parents: list[int] = []
             scores: list[float] = []  # log of the path probability under q
+            depths: list[int] = []  # 1 for the root's children
             slot: dict[int, int] = {}  # fed node → its slot among this round's drafted pairs
             outputs = [predicted[-1]]  # predicted features: [0] the root's, then one per fed node, by slot + 1
-            level = self._add(node_tokens, node_parents, scores, -1, 0.0, self._log_q(logits[-1], params).topk(width))
+            level = self._add(node_tokens, node_parents, scores, depths, -1, self._log_q(logits[-1], params).topk(width))
             for _ in range(depth - 1):
                 expand = sorted(level, key=lambda i: -scores[i])[: self.top_k]
                 parents_fed = [0 if node_parents[i] < 0 else slot[node_parents[i]] + 1 for i in expand]
                 mask = self._tree_mask(expand, node_parents, slot)
-                positions = [self.known + self._depth(i, node_parents) - 1 for i in expand]
+                positions = [self.known + depths[i] - 1 for i in expand]
                 for i in expand:
                     slot[i] = len(slot)
                 fed, logits = self._feed(torch.stack([outputs[j] for j in parents_fed]),  # [m, hidden]
@@ -151,7 +152,7 @@ class EagleDrafter:
                 outputs.extend(fed)
                 level = []
                 for row, i in enumerate(expand):
-                    level += self._add(node_tokens, node_parents, scores, i, scores[i],
+                    level += self._add(node_tokens, node_parents, scores, depths, i,
                                        self._log_q(logits[row], params).topk(width))
             keep = sorted(sorted(range(len(node_tokens)), key=lambda i: -scores[i])[: self.max_nodes])
             new_index = {old: new for new, old in enumerate(keep)}
@@ -168,7 +169,8 @@ class EagleDrafter:
         return logits_to_probs(logits, params).clamp(min=1e-30).log()
 
     @staticmethod
-    def _add(node_tokens, node_parents, scores, parent: int, parent_score: float, top) -> list[int]:
+    def _add(node_tokens, node_parents, scores, depths, parent: int, top) -> list[int]:
+        """Append `top`'s tokens as children of `parent` (-1: the root); returns their node indices."""
         added = []
         for logp, token in zip(top.values.tolist(), top.indices.tolist()):
             if logp == float("-inf"):
@@ -176,15 +178,9 @@ class EagleDrafter:
             added.append(len(node_tokens))
             node_tokens.append(token)
             node_parents.append(parent)
-            scores.append(parent_score + logp)
+            scores.append((scores[parent] if parent >= 0 else 0.0) + logp)
+            depths.append(depths[parent] + 1 if parent >= 0 else 1)
         return added
-
-    @staticmethod
-    def _depth(node: int, parents: list[int]) -> int:
-        depth = 1
-        while parents[node] >= 0:
-            node, depth = parents[node], depth + 1
-        return depth
 
     def _tree_mask(self, expand: list[int], parents: list[int], slot: dict) -> torch.Tensor:
         """[m, drafted slots + m] bool: each node to feed sees its fed ancestors and itself."""

@@ -16,7 +16,6 @@ import torch
 
 from specdec.drafters.base import Draft
 from specdec.errors import ConfigError
-from specdec.heads.eagle import lm_head_weight
 from specdec.heads.files import load_module
 from specdec.heads.medusa import MedusaConfig, MedusaHeads
 from specdec.runtime.llama import LlamaModel
@@ -46,7 +45,7 @@ class MedusaDrafter:
             raise ConfigError(f"the tree is {deepest} deep but there are only {heads.config.num_heads} Medusa heads")
         self.max_nodes = len({tuple(p[:k]) for p in self.paths for k in range(1, len(p) + 1)})
         self.width = max(max(p) for p in self.paths) + 1  # candidates needed per head
-        self.head_rows = lm_head_weight(self.net)[heads.vocab_ids].clone()  # [Vd, hidden]
+        self.head_rows = self.net.lm_head_weight()[heads.vocab_ids].clone()  # [Vd, hidden]
         self.last_feature: torch.Tensor | None = None
 
     def begin(self, prompt_ids: list[int], max_len: int, target_cache=None) -> None:

@@ -83,14 +83,3 @@ class EagleHead(nn.Module):
         x = self.fuse(torch.cat((features, next_embeds), dim=-1))  # [B, T, hidden]
         cos, sin = self.rope(positions)
         return self.layer(x, cos, sin, cache, 0, mask, causal)
-
-
-@torch.inference_mode()
-def lm_head_weight(net) -> torch.Tensor:
-    """The target's LM head matrix [V, hidden] (a prepacked head keeps no dense copy: it is recovered
-    exactly by multiplying the identity)."""
-    head = net.lm_head
-    if isinstance(head, nn.Linear):
-        return head.weight.detach()
-    eye = torch.eye(net.config.hidden_size, device=net.device, dtype=net.dtype)
-    return head(eye).T.contiguous()  # [V, hidden]

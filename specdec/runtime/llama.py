@@ -155,6 +155,15 @@ class LlamaModel(nn.Module):
     def dtype(self) -> torch.dtype:
         return self.embed.weight.dtype
 
+    @torch.inference_mode()
+    def lm_head_weight(self) -> torch.Tensor:
+        """The LM head matrix [V, hidden] (a prepacked head keeps no dense copy: it is recovered
+        exactly by multiplying the identity)."""
+        if isinstance(self.lm_head, nn.Linear):
+            return self.lm_head.weight.detach()
+        eye = torch.eye(self.config.hidden_size, device=self.device, dtype=self.dtype)
+        return self.lm_head(eye).T.contiguous()  # [V, hidden]
+
     def new_cache(self, max_len: int, batch_size: int = 1) -> StaticKVCache:
         c = self.config
         return StaticKVCache(

@@ -40,14 +40,13 @@ class Prepared:
 def prepare(target, data_dir: Path, out_dir: Path, draft_vocab: int, validation_share: float, seed: int) -> Prepared:
     """What every head's training starts from: the output folder, the seed, the data split, the
     draft vocabulary and its LM head rows."""
-    from specdec.heads.eagle import lm_head_weight
     from specdec.train.distill import load_sequences
 
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
     train_seqs, val_seqs = split(load_sequences(data_dir), validation_share, seed)
     vocab_ids, coverage = draft_vocabulary(train_seqs, draft_vocab, list(target.eos_token_ids))
-    return Prepared(train_seqs, val_seqs, vocab_ids, coverage, lm_head_weight(target.net)[vocab_ids].float().clone())
+    return Prepared(train_seqs, val_seqs, vocab_ids, coverage, target.net.lm_head_weight()[vocab_ids].float().clone())
 
 
 def draft_vocabulary(sequences: list[Sequence], size: int, always: list[int]) -> tuple[torch.Tensor, float]:
