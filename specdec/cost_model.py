@@ -12,8 +12,9 @@ The curve is measured once, at one context length, in a tight loop; a real round
 acceptance, commit and detokenizing, at the request's own context length. In the 30-prompt benchmark
 a round verifying 3.3 tokens cost 1.28 plain rounds where the curve said 1.8. So the engine reports
 the time of every round it runs (`observe_round`), and `target_pass` scales the measured T(k) by a
-running ratio observed / measured for that k (`PassCalibration`): the shape comes from the
-measurement until the run's own rounds say otherwise. Measuring takes a few seconds; the result is cached as JSON under
+running ratio observed / measured for that k (`Calibration`): the shape comes from the
+measurement until the run's own rounds say otherwise. Draft costs are calibrated the same way, per
+drafter and γ, from the seconds the engine's `propose` calls take (`observe_draft`). Measuring takes a few seconds; the result is cached as JSON under
 `$SPECDEC_COSTS_DIR` (default: `<specdec cache>/costs`), keyed by the machine (CPU or GPU model,
 threads, torch version), the model (its config and weight files), device, dtype and runtime. Draft
 costs are keyed by drafter name and measured the first time a drafter is used.
@@ -55,12 +56,13 @@ RATIO_LIMITS = (0.25, 4.0)  # an observed / measured ratio outside this is clipp
 
 
 @dataclass
-class PassCalibration:
-    """Running ratio (observed round seconds) / (measured T(k)) for each k, forgetting slowly.
+class Calibration:
+    """Running ratio (observed seconds) / (measured seconds) for each size, forgetting slowly. A size
+    is the k of a target pass T(k), or the γ of a drafter's proposal D(γ).
 
     ratio(k) = (Σ_k discounted ratios + CALIBRATION_PRIOR · r̄) / (discounted count_k + CALIBRATION_PRIOR),
-    where r̄ is the same running ratio over all k (1 before any observation): a k never observed
-    takes the overall correction, and a few rounds of its own move it towards what they show."""
+    where r̄ is the same running ratio over all sizes (1 before any observation): a size never
+    observed takes the overall correction, and a few observations of its own move it towards them."""
 
     per_size: dict[int, list[float]] = field(default_factory=dict)  # k → [discounted Σ ratio, discounted count]
     overall: list[float] = field(default_factory=lambda: [0.0, 0.0])
@@ -87,11 +89,12 @@ class CostModel:
     draft_costs: dict[str, DraftCost] = field(default_factory=dict)
     key: str = ""
     description: dict = field(default_factory=dict)  # machine, model, when measured
-    calibration: PassCalibration = field(default_factory=PassCalibration)  # from real rounds; never cached
-    calibrate: bool = True  # False: T(k) stays as measured, so the policy's choices do not depend on timing
+    calibration: Calibration = field(default_factory=Calibration)  # T(k), from real rounds; never cached
+    draft_calibration: dict[str, Calibration] = field(default_factory=dict)  # drafter → D(γ)'s; never cached
+    calibrate: bool = True  # False: T(k), D(γ) stay as measured, so the policy's choices do not depend on timing
 
     def target_pass(self, tokens: int) -> float:
-        """T(tokens): the measured curve scaled by what real rounds of this size cost (`PassCalibration`)."""
+        """T(tokens): the measured curve scaled by what real rounds of this size cost (`Calibration`)."""
         return self.measured_pass(tokens) * self.calibration.ratio(tokens)
 
     def observe_round(self, tokens: int, seconds: float) -> None:
@@ -116,8 +119,17 @@ class CostModel:
         slope = (self.pass_seconds[above] - self.pass_seconds[below]) / (above - below)
         return self.pass_seconds[below] + slope * (tokens - below)
 
+    def observe_draft(self, drafter: str, gamma: int, seconds: float) -> None:
+        """`drafter` took `seconds` to propose γ tokens in a real round."""
+        measured = self.draft_costs[drafter].seconds(gamma)
+        if self.calibrate and seconds > 0 and measured > 0:
+            self.draft_calibration.setdefault(drafter, Calibration()).observe(gamma, seconds / measured)
+
     def draft_seconds(self, drafter: str, gamma: int) -> float:
-        return self.draft_costs[drafter].seconds(gamma)
+        """D_drafter(γ): the measured fit scaled by what real proposals of this γ cost."""
+        calibration = self.draft_calibration.get(drafter)
+        ratio = calibration.ratio(gamma) if calibration else 1.0
+        return self.draft_costs[drafter].seconds(gamma) * ratio
 
     def predicted_speedup(self, drafter: str, gamma: int, expected_tokens: float, verified: int | None = None) -> float:
         """Speed-up over plain decoding of rounds that draft γ tokens deep, verify `verified` draft

@@ -257,6 +257,7 @@ class Engine:
             yield StreamEvent(pieces, stats, rounds=rounds)
             pieces, rounds = [], []
 
+        timed_drafters: set[str] = set()  # drafters whose proposals' times now reach the cost model
         while not done:
             # 0. choose, 1. draft
             t0 = time.perf_counter()
@@ -264,7 +265,13 @@ class Engine:
             drafter = self.drafters[plan.drafter] if plan.drafter is not None else None
             budget = min(plan.gamma, token_budget - generated - 1)
             committed_len = cache.length
-            draft = drafter.propose(tokens, budget, params, generator) if drafter and budget > 0 else Draft([])
+            draft = Draft([])
+            if drafter and budget > 0:
+                proposing = time.perf_counter()
+                draft = drafter.propose(tokens, budget, params, generator)
+                if self.cost_model is not None and drafter.name in timed_drafters:  # a first call also catches up
+                    self.cost_model.observe_draft(drafter.name, budget, time.perf_counter() - proposing)
+                timed_drafters.add(drafter.name)
             if drafter:
                 self._check_draft(drafter, draft, budget, cache.length == committed_len)
                 keep = policy.trim(plan, draft)  # a free drafter's proposal: verify only what pays

@@ -91,6 +91,25 @@ def test_calibration_forgets_what_the_machine_no_longer_does():
     assert costs.target_pass(2) == pytest.approx(1.5, rel=0.05)
 
 
+def test_proposals_observed_correct_the_draft_costs():
+    costs = CostModel({1: 1.0, 2: 1.5}, {"draft": DraftCost(0.01, 0.1), "ngram": DraftCost(0.0, 0.0)})
+    assert costs.draft_seconds("draft", 3) == pytest.approx(0.31)  # nothing observed: as measured
+    for _ in range(200):  # real proposals of 3 tokens cost twice the fit, of 1 token the fit
+        costs.observe_draft("draft", 3, 0.62)
+        costs.observe_draft("draft", 1, 0.11)
+    # within 5%: the measured fit keeps a weight of 3 (at the mean ratio, 1.5) against ~33 faded observations
+    assert costs.draft_seconds("draft", 3) == pytest.approx(0.62, rel=0.05)
+    assert costs.draft_seconds("draft", 1) == pytest.approx(0.11, rel=0.05)
+    # an unseen γ takes the mean ratio, 1.5, drawn a little towards 1 (the prior of 3 observations)
+    assert costs.draft_seconds("draft", 5) == pytest.approx(0.51 * 1.45, rel=0.02)
+    assert costs.target_pass(1) == 1.0 and costs.calibration.observations == 0  # passes are apart
+    costs.observe_draft("ngram", 4, 1e-5)  # a drafter measured as free has no ratio to take
+    assert costs.draft_seconds("ngram", 4) == 0.0 and "ngram" not in costs.draft_calibration
+    costs.observe_draft("draft", 3, 1e3)  # clipped like a pass: one stall moves the ratio little
+    assert costs.draft_seconds("draft", 3) < 0.62 * 1.05
+    assert "draft_calibration" not in costs.to_json()  # never cached
+
+
 def test_breakdown_arithmetic_on_hand_made_stats():
     stats = GenerationStats(drafter="ngram")
     # 10 rounds: 6 drafted 3 tokens (accepting 2, 2, 1, 0, 3, 3 → 11), 4 drafted none

@@ -210,6 +210,23 @@ def test_rounds_calibrate_the_cost_model(tiny_target):
     assert frozen.calibration.observations == 0 and frozen.target_pass(3) == frozen.measured_pass(3)
 
 
+def test_proposals_calibrate_the_draft_costs(tiny_target, draft_model):
+    """Every proposal's time reaches the drafter's draft-cost calibration at its γ, except each
+    drafter's first in a request (it also catches up on the prompt); a frozen model ignores them."""
+    drafter = DraftModelDrafter(draft_model, tiny_target)
+    costs = CostModel({k: 1e-3 for k in range(1, 10)}, {drafter.name: DraftCost(1e-4, 1e-4)})
+    config = GenerationConfig(max_new_tokens=40, gamma=3, ignore_eos=True)
+    result = Engine(tiny_target, [drafter], cost_model=costs).generate(PROMPT, config)
+    proposals = result.stats.by_drafter[drafter.name].drafting_rounds
+    calibration = costs.draft_calibration[drafter.name]
+    assert proposals > 5 and calibration.observations == pytest.approx(sum(0.97 ** i for i in range(proposals - 1)))
+    assert 3 in calibration.per_size and set(calibration.per_size) <= {1, 2, 3}  # the last rounds may ask fewer
+    assert costs.draft_seconds(drafter.name, 3) != costs.draft_costs[drafter.name].seconds(3)
+    frozen = CostModel({k: 1e-3 for k in range(1, 10)}, {drafter.name: DraftCost(1e-4, 1e-4)}, calibrate=False)
+    Engine(tiny_target, [drafter], cost_model=frozen).generate(PROMPT, config)
+    assert frozen.draft_calibration == {} and frozen.draft_seconds(drafter.name, 3) == pytest.approx(4e-4)
+
+
 def test_a_fixed_seed_repeats_a_sampled_run(tiny_target, draft_model):
     config = GenerationConfig(max_new_tokens=30, gamma=3, ignore_eos=True,
                               sampling=SamplingParams(temperature=1.0, top_p=0.9, seed=1234))
