@@ -104,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from specdec.train.command import add_arguments as add_train_arguments
 
-    train = sub.add_parser("train", help="train a drafting head (eagle) on the target's own answers")
+    train = sub.add_parser("train", help="train a drafter on the target's own answers: EAGLE or Medusa heads, or a small draft model")
     add_train_arguments(train)
     return parser
 

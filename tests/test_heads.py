@@ -120,6 +120,41 @@ def test_medusa_train_save_load_generate(tiny_target, tiny_data, tmp_path):
     assert_greedy_equal(tiny_target, drafter)
 
 
+def test_draft_model_starts_as_the_cut_target(tiny_target, tiny_folder):
+    """The draft's start is the target's first layer with its final norm and LM head (the early-exit
+    drafter's model), checked against transformers' own full model; more layers than the target has
+    are refused."""
+    from transformers import AutoModelForCausalLM
+
+    from specdec.train.draft import truncated_target
+
+    ids = torch.tensor([[5, 9, 12, 7, 30, 2, 8]])
+    full = AutoModelForCausalLM.from_pretrained(str(tiny_folder)).float().eval()
+    cut = truncated_target(tiny_target, 1).eval()
+    with torch.no_grad():
+        first_layer = full(ids, output_hidden_states=True).hidden_states[1]  # [1, 7, hidden], before the norm
+        expected = full.lm_head(full.model.norm(first_layer))
+        assert torch.allclose(cut(ids).logits, expected, atol=1e-5)
+        assert not torch.allclose(cut(ids).logits, full(ids).logits, atol=1e-2)  # the control: not the whole model
+    assert [n for n, p in cut.named_parameters() if p.requires_grad and "embed" in n] == []  # shared, frozen
+    with pytest.raises(ConfigError, match="--layers must be between 1 and 1"):
+        truncated_target(tiny_target, 2)
+
+
+def test_draft_model_distils_saves_loads_generates(tiny_target, tiny_data, tmp_path):
+    """Distillation lowers the held-out KL and raises the acceptance from the cut start; the folder
+    loads as `draft:PATH` (the lean runtime) and its greedy output equals plain decoding."""
+    from specdec.train.draft import train_draft
+
+    info = train_draft(tiny_target, tiny_data, tmp_path / "draft", layers=1, epochs=3, lr=3e-3, batch_tokens=256,
+                       log=lambda *_: None)
+    before, after = info["before"], info["history"][-1]
+    assert after["kl"] < before["kl"] and after["alpha_t1"] > before["alpha_t1"]
+    assert json.loads((tmp_path / "draft" / "training.json").read_text())["layers"] == 1
+    assert sorted(p.name for p in (tmp_path / "draft").glob("*.safetensors")) == ["model.safetensors"]
+    assert_greedy_equal(tiny_target, build_drafter(f"draft:{tmp_path / 'draft'}", tiny_target))
+
+
 def test_a_stopped_training_resumes_to_the_same_weights(tiny_target, tiny_data, tmp_path):
     settings = dict(draft_vocab=48, depth=2, epochs=2, batch_tokens=256, noise=0.0, checkpoint_every=3, log=lambda *_: None)
     train_eagle(tiny_target, tiny_data, tmp_path / "straight", **settings)
