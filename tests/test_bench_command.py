@@ -139,6 +139,29 @@ def test_a_tiny_bench_writes_report_plots_and_raw_results(tmp_path, tiny_folder,
     assert "peak memory" in report
     for name in ("speedup_by_category.png", "acceptance_by_position.png", "predicted_vs_measured.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (out / "results.partial.jsonl").exists()  # everything is in results.jsonl
+
+
+def test_a_stopped_bench_keeps_the_prompts_it_finished(tmp_path, tiny_folder, capsys, monkeypatch):
+    from specdec.bench import runner
+
+    prompts = spec_bench_file(tmp_path / "p.jsonl", [{"question_id": i + 1, "category": "qa", "turns": [f"t{5 + i} t9 t12"]}
+                                                     for i in range(3)])
+    calls, real_run_case = [], runner.run_case
+
+    def stop_during_the_third_prompt(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2 + 2 * 2 + 1:  # the warm-up of 2 methods, 2 prompts × 2 methods, then Ctrl-C
+            raise KeyboardInterrupt
+        return real_run_case(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "run_case", stop_during_the_third_prompt)
+    out = tmp_path / "out"
+    code = main(["bench", "--model", str(tiny_folder), "--prompts", str(prompts), "--no-transformers",
+                 "--max-new-tokens", "4", "--out-dir", str(out)])
+    assert code == 130 and "results.partial.jsonl" in capsys.readouterr().out
+    rows = [json.loads(line) for line in (out / "results.partial.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["1", "2"] and not (out / "results.jsonl").exists()
 
 
 def test_peak_memory_follows_an_allocation_and_resets():

@@ -11,7 +11,8 @@ Methods, side by side in one process (see runner.py for the interleaving):
     plain         this project's plain decoding
     SPEC [γ=G]    this project with each `--drafter` at each `--gamma`
 Writes to `--out-dir`: report.md, results.jsonl and three PNG plots; prints a table, then one
-JSON summary as the last line.
+JSON summary as the last line. While it runs, each finished prompt is appended to
+results.partial.jsonl (same format), so that a run stopped halfway keeps what it measured.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 from specdec.errors import SpecdecError
 
 DEFAULT_OUT = Path("bench-out")
+PARTIAL_RESULTS = "results.partial.jsonl"
 
 
 def gamma_list(text: str) -> list:
@@ -116,7 +118,7 @@ def run(args, console) -> int:
     from specdec.bench.memory import PeakMemory
     from specdec.bench.metrics import summarize
     from specdec.bench.prompts import load_prompts
-    from specdec.bench.report import write_report
+    from specdec.bench.report import raw_rows, write_report
     from specdec.bench.runner import run_bench
     from specdec.cost_model import machine_description
     from specdec.runtime import load_model
@@ -129,10 +131,22 @@ def run(args, console) -> int:
         target = load_model(args.model, device=args.device)
     methods_at = build_methods(args, target, console)
     total = len(cases) * args.repeats * sum(len(m) for m in methods_at.values())
-    with Progress(console=console, transient=True) as progress:
-        task = progress.add_task(f"{len(cases)} prompts × {len(methods_at)} temperatures", total=total)
-        rows = run_bench(cases, methods_at, target.tokenizer, args.max_new_tokens, args.repeats, target.net.device,
-                         progress=lambda: progress.advance(task))
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    partial = args.out_dir / PARTIAL_RESULTS
+    partial.write_text("")
+
+    def keep(row: dict) -> None:
+        with partial.open("a") as f:
+            f.write("".join(json.dumps(r) + "\n" for r in raw_rows([row])))
+
+    try:
+        with Progress(console=console, transient=True) as progress:
+            task = progress.add_task(f"{len(cases)} prompts × {len(methods_at)} temperatures", total=total)
+            rows = run_bench(cases, methods_at, target.tokenizer, args.max_new_tokens, args.repeats, target.net.device,
+                             progress=lambda: progress.advance(task), on_row=keep)
+    except KeyboardInterrupt:
+        console.print(f"stopped: the prompts finished so far are in {partial}")
+        raise
     costs = {m.name: m.engine.cost_model for ms in methods_at.values() for m in ms if getattr(m, "engine", None)}
     summary = summarize(rows, costs)
     header = {
@@ -145,6 +159,7 @@ def run(args, console) -> int:
         "peak memory": PeakMemory(target.net.device).description,
     }
     files = write_report(rows, summary, header, args.out_dir)
+    partial.unlink()  # all of it is in results.jsonl now
     _print_table(summary, console)
     console.print("wrote " + ", ".join(str(f) for f in files))
     print(json.dumps({"out_dir": str(args.out_dir), "summary": summary}))

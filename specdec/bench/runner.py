@@ -55,8 +55,9 @@ def run_case(method, case: PromptCase, tokenizer, sampling: SamplingParams, max_
 
 
 def run_bench(cases: list[PromptCase], methods_at: dict[float, list], tokenizer, max_new_tokens: int,
-              repeats: int, device: torch.device, progress=None) -> list[dict]:
-    """Rows, one per prompt and temperature: {"case": ..., "temperature": t, "runs": {method name: MethodRun}}."""
+              repeats: int, device: torch.device, progress=None, on_row=None) -> list[dict]:
+    """Rows, one per prompt and temperature: {"case": ..., "temperature": t, "runs": {method name: MethodRun}};
+    `on_row(row)` sees each as soon as it is complete (the command writes it down at once)."""
     memory = PeakMemory(device)
     warm = PromptCase("warm-up", "warm-up", ("Hello",))
     for temperature, methods in methods_at.items():  # first calls pay allocations, lazy imports, cost models
@@ -87,6 +88,8 @@ def run_bench(cases: list[PromptCase], methods_at: dict[float, list], tokenizer,
                 name: MethodRun(s["ids"], s["rates"], s["seconds"], s["tokens"],
                                 GenerationStats.merge(s["stats"]) if s["stats"] else None, s["peak"])
                 for name, s in collected.items()}})
+            if on_row:
+                on_row(rows[-1])
     return rows
 
 
