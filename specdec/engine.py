@@ -31,7 +31,7 @@ from specdec.runtime.loading import LanguageModel
 from specdec.runtime.tokenizer import IncrementalDetokenizer
 from specdec.sampling import SamplingParams, logits_to_probs, sample
 from specdec.stats import GenerationStats
-from specdec.trace import ACCEPTED, BONUS, CORRECTED, TARGET, RoundTrace, trace_round
+from specdec.trace import ACCEPTED, BONUS, CORRECTED, TARGET, RoundTrace, trace_round, trace_tree
 from specdec.tree import TokenTree, kept_slots, tree_inputs
 from specdec.verify import speculative_sample, tree_sample, verify_greedy, verify_tree_greedy
 
@@ -334,6 +334,8 @@ class Engine:
                                           else draft.tokens, draft.q, logits[0, shown],
                                           None if p is None else p[0, shown], params, n, int(next_token), kinds[-1],
                                           new_pieces, details, t1 - t0, t2 - t1))
+                if draft.parents is not None:
+                    rounds[-1].tree = trace_tree(draft.tokens, draft.parents, path, self.target.tokenizer)
             pieces += new_pieces
             if not done:
                 stats.total_seconds = time.perf_counter() - started

@@ -51,6 +51,16 @@ class PositionTrace:
 
 
 @dataclass
+class TreeTrace:
+    """A tree round's whole draft (its `positions` show the accepted path only)."""
+
+    tokens: list[int]  # node i's token
+    texts: list[str]
+    parents: list[int]  # node i's parent node, −1 for a child of the last committed token
+    path: list[int]  # the accepted nodes, root to leaf
+
+
+@dataclass
 class RoundTrace:
     index: int  # 0 = the prefill
     drafter: str | None  # None: a plain step (the prefill, or a round with nothing drafted)
@@ -68,6 +78,7 @@ class RoundTrace:
     tail: str = ""  # the last round only: text held back until the end (a partial stop string, a split character)
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
+    tree: TreeTrace | None = None  # a tree round's draft
 
     def to_dict(self) -> dict:
         return {**asdict(self), "kinds": self.kinds()}
@@ -89,6 +100,10 @@ def top_entries(probs: torch.Tensor, tokenizer, k: int = TOP_ENTRIES) -> list[li
 def token_text(tokenizer, token_id: int) -> str:
     """One token's text (cached: a round shows dozens of tokens, and decoding each costs more than the rest of the trace)."""
     return tokenizer.decode([token_id], skip_special_tokens=False)
+
+
+def trace_tree(tokens: list[int], parents: list[int], path: list[int], tokenizer) -> TreeTrace:
+    return TreeTrace(list(tokens), [token_text(tokenizer, t) for t in tokens], list(parents), list(path))
 
 
 def trace_round(index: int, drafter: str | None, gamma: int, reason: str, draft_tokens: list[int],

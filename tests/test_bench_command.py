@@ -10,7 +10,7 @@ import torch
 from specdec.bench.memory import PeakMemory
 from specdec.bench.metrics import first_difference, summarize
 from specdec.bench.prompts import PromptCase, load_prompts
-from specdec.bench.report import target_notes
+from specdec.bench.report import paired_ratio, target_notes
 from specdec.bench.runner import MethodRun
 from specdec.cli import main
 from specdec.errors import SpecdecError
@@ -111,6 +111,18 @@ def test_targets_are_reported_plainly():
     assert any("qa: d γ=auto is 1.30× plain, below 95% of d γ=2 (1.50×): MISSED" in n for n in notes)
     assert any("rag: d γ=auto is 0.92× plain, more than 5% slower than plain decoding: MISSED" in n for n in notes)
     assert not any("rag: d γ=auto is 0.92× plain, below 95%" in n for n in notes)  # 0.92 ≥ 0.95 × 0.90
+
+
+def test_a_miss_says_whether_it_stands_out_of_the_noise():
+    """Per prompt ratios 0.80, 0.82, 0.78 (mean 0.80, standard error 0.012): a real miss; ratios
+    0.70, 1.00, 0.85, 1.05 (mean 0.90 ± 0.08): 0.95 lies within two standard errors."""
+    steady = {"a": {"tokens_per_second": [8.0, 8.2, 7.8]}, "b": {"tokens_per_second": [10.0, 10.0, 10.0]}}
+    noisy = {"a": {"tokens_per_second": [7.0, 10.0, 8.5, 10.5]}, "b": {"tokens_per_second": [10.0] * 4}}
+    assert paired_ratio(steady["a"], steady["b"], 0.95) == (
+        " (per prompt 0.80 ± 0.01 standard error over 3 prompts: beyond two standard errors below 0.95)")
+    assert "0.90 ± 0.08 standard error over 4 prompts: within two standard errors of 0.95" in paired_ratio(
+        noisy["a"], noisy["b"], 0.95)
+    assert paired_ratio({"tokens_per_second": [1.0]}, {"tokens_per_second": [1.0]}, 0.95) == ""  # one prompt: no spread
 
 
 def test_a_tiny_bench_writes_report_plots_and_raw_results(tmp_path, tiny_folder, capsys):

@@ -70,6 +70,50 @@ def test_explain_command_writes_the_page(tmp_path, tiny_folder, capsys):
     assert "should be an .html file" in capsys.readouterr().err
 
 
+def tree_page_data(tiny_target):
+    from random_heads import random_eagle_head
+
+    from specdec.drafters import EagleDrafter
+
+    engine = Engine(tiny_target, EagleDrafter(tiny_target, random_eagle_head(tiny_target), name="eagle-tree",
+                                              tree_budget=10, top_k=3))
+    ids = tiny_target.tokenizer.encode(PROMPT)
+    return build_page_data(engine, ids, GenerationConfig(max_new_tokens=30, gamma=3, ignore_eos=True), False, "tiny")
+
+
+def test_tree_rounds_keep_their_whole_tree(tiny_target):
+    """A tree round records every node; its accepted path is what the round committed before the target's token."""
+    rounds = [r for r in tree_page_data(tiny_target)["rounds"] if r["tree"]]
+    assert rounds and any(r["tree"]["path"] for r in rounds)
+    for r in rounds:
+        tree = r["tree"]
+        assert len(tree["tokens"]) == len(tree["texts"]) == len(tree["parents"]) > len(tree["path"])
+        assert all(-1 <= parent < i for i, parent in enumerate(tree["parents"]))
+        parents_on_path = [tree["parents"][node] for node in tree["path"]]
+        assert parents_on_path == ([-1] + tree["path"])[:len(tree["path"])]  # a path from the root down
+        assert [tree["tokens"][node] for node in tree["path"]] == r["committed"][:r["accepted"]]
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (make test installs it)")
+def test_a_headless_browser_draws_a_token_tree(tiny_target, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    data = tree_page_data(tiny_target)
+    (tmp_path / "tree.html").write_text(render_page(data))
+    index = next(i for i, r in enumerate(data["rounds"]) if r["tree"] and r["tree"]["path"])
+    tree = data["rounds"][index]["tree"]
+    with sync_playwright() as p:
+        browser = launch(p)
+        page = browser.new_page()
+        page.goto((tmp_path / "tree.html").as_uri())
+        assert page.locator("#tree .node").count() == 0  # the prefill has no tree
+        for _ in range(index):
+            page.keyboard.press("ArrowRight")
+        assert page.locator("#tree .node").count() == len(tree["tokens"])
+        assert page.locator("#tree .node.on-path").count() == len(tree["path"])
+        browser.close()
+
+
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (make test installs it)")
 def test_a_headless_browser_steps_through_the_rounds(tiny_target, tmp_path):
     from playwright.sync_api import sync_playwright

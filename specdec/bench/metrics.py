@@ -91,7 +91,8 @@ def summarize(rows: list[dict], costs_by_method: dict | None = None) -> dict:
             subset = [r for r in at if r["case"].category == category]
             by_category[category] = {"prompts": len(subset), "methods": {}}
             for name in names:
-                entry = {"speedup_vs_plain": round(mean_ratio(subset, name, PLAIN), 4)}
+                entry = {"speedup_vs_plain": round(mean_ratio(subset, name, PLAIN), 4),
+                         "tokens_per_second": [round(median_rate(r["runs"][name]), 3) for r in subset]}  # prompt order
                 if HF_GENERATE in names:
                     entry["speedup_vs_hf_generate"] = round(mean_ratio(subset, name, HF_GENERATE), 4)
                 stats = [r["runs"][name].stats for r in subset if r["runs"][name].stats is not None]

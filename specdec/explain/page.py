@@ -48,6 +48,8 @@ td.tok { font-family: ui-monospace, monospace; white-space: pre; }
 #summary { grid-column: 1 / -1; }
 #worked li { margin: 2px 0; }
 .reason { color: #55555f; font-size: 12px; margin: 4px 0 8px; }
+#tree .node { font-family: ui-monospace, monospace; white-space: pre; color: #9a9aa3; }
+#tree .node.on-path { color: #1e8e3e; font-weight: 700; }
 """
 
 SCRIPT = r"""
@@ -101,7 +103,22 @@ function renderRound() {
     .forEach((v, k) => tr.appendChild(el('td', {className: k === 1 ? 'tok' : ''}, v)));
   tr.onclick = () => { focus = 'next'; render(); };
   body.appendChild(tr);
+  renderTree(r);
   renderBars(r);
+}
+
+function renderTree(r) {  // a tree round: every node, depth by indentation, the accepted path in green
+  const box = $('tree'); box.textContent = '';
+  if (!r.tree) return;
+  const t = r.tree, onPath = new Set(t.path), children = t.parents.map(() => []), roots = [];
+  t.parents.forEach((parent, i) => (parent < 0 ? roots : children[parent]).push(i));
+  box.appendChild(el('h2', {}, 'Token tree: ' + t.tokens.length + ' nodes, ' + t.path.length + ' accepted'));
+  const visit = (i, depth) => {
+    box.appendChild(el('div', {className: 'node' + (onPath.has(i) ? ' on-path' : '')},
+      '  '.repeat(depth) + '└ ' + show(t.texts[i])));
+    children[i].forEach(c => visit(c, depth + 1));
+  };
+  roots.forEach(i => visit(i, 0));
 }
 
 function bar(cls, prob) { return el('div', {className: 'bar ' + cls, style: 'width:' + Math.max(0.5, prob * 100) + '%'}); }
@@ -188,6 +205,7 @@ BODY = """
     <div class="reason" id="round-reason"></div>
     <table><thead><tr><th>#</th><th>token</th><th>q(x)</th><th>p(x)</th><th>min(1, p/q)</th><th>u</th><th>verdict</th></tr></thead>
     <tbody id="positions"></tbody></table>
+    <div id="tree"></div>
     <h2 id="bars-title" style="margin-top:12px"></h2>
     <div class="bars" id="bars"></div>
   </section>
