@@ -10,7 +10,7 @@ import torch
 from specdec.bench.memory import PeakMemory
 from specdec.bench.metrics import first_difference, summarize
 from specdec.bench.prompts import PromptCase, load_prompts
-from specdec.bench.report import paired_ratio, target_notes
+from specdec.bench.report import paired_ratio, speed_summary_from_results, target_notes
 from specdec.bench.runner import MethodRun
 from specdec.cli import main
 from specdec.errors import SpecdecError
@@ -152,6 +152,13 @@ def test_a_tiny_bench_writes_report_plots_and_raw_results(tmp_path, tiny_folder,
     for name in ("speedup_by_category.png", "acceptance_by_position.png", "predicted_vs_measured.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not (out / "results.partial.jsonl").exists()  # everything is in results.jsonl
+    rebuilt = speed_summary_from_results(rows)  # what `python -m specdec.bench.report results.jsonl` checks
+    for temperature, result in summary.items():
+        for category, entry in result["by_category"].items():
+            for name, method in entry["methods"].items():
+                again = rebuilt[temperature]["by_category"][category]["methods"][name]
+                assert again["speedup_vs_plain"] == pytest.approx(method["speedup_vs_plain"], rel=1e-3)
+                assert again["tokens_per_second"] == pytest.approx(method["tokens_per_second"], rel=1e-3)
 
 
 def test_a_stopped_bench_keeps_the_prompts_it_finished(tmp_path, tiny_folder, capsys, monkeypatch):

@@ -222,3 +222,34 @@ def write_report(rows: list[dict], summary: dict, header: dict, out_dir: Path) -
     report = out_dir / "report.md"
     report.write_text(markdown(summary, header))
     return [report, results, *plots(summary, out_dir)]
+
+
+def speed_summary_from_results(lines: list[dict]) -> dict:
+    """The speed part of a summary (per temperature and category: each method's per-prompt tokens
+    per second and mean speed-up over plain) rebuilt from results.jsonl rows, enough for
+    `target_notes`: a finished run's targets can be checked again by newer code."""
+    out: dict = {}
+    for line in lines:
+        result = out.setdefault(f"{line['temperature']:g}", {"methods": {}, "by_category": {}})
+        methods = result["by_category"].setdefault(line["category"], {"methods": {}})["methods"]
+        for name, run in line["methods"].items():
+            result["methods"].setdefault(name, {})
+            methods.setdefault(name, {"tokens_per_second": []})["tokens_per_second"].append(
+                statistics.median(run["tokens_per_second"]))
+    for result in out.values():
+        result["by_category"] = dict(sorted(result["by_category"].items()))
+        for entry in result["by_category"].values():
+            plain = entry["methods"][PLAIN]["tokens_per_second"]
+            for method in entry["methods"].values():
+                method["speedup_vs_plain"] = statistics.mean(x / y for x, y in zip(method["tokens_per_second"], plain))
+    return out
+
+
+if __name__ == "__main__":  # python -m specdec.bench.report RESULTS.jsonl: the targets of a finished run
+    import sys
+
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m specdec.bench.report RESULTS.jsonl")
+    rows = [json.loads(line) for line in Path(sys.argv[1]).read_text().splitlines() if line.strip()]
+    print("\n".join(f"- {note}" for note in target_notes(speed_summary_from_results(rows))) or "no targets apply")
+
