@@ -145,11 +145,14 @@ class AdaptivePolicy:
     def continue_from(self, earlier: AdaptivePolicy, keep: float = CARRY) -> None:
         """Start from what an earlier request on the same engine learned (same drafters and γs), its
         evidence discounted by `keep`: a new request begins near the acceptance seen lately instead
-        of at the prior, and its own rounds soon outweigh what it inherited."""
+        of at the prior, and its own rounds soon outweigh what it inherited. The probe schedule
+        carries on too (the cooldown reached and the plain rounds since): a drafter that has been
+        losing is not probed more often because requests are short."""
         if earlier.names != self.names or earlier.gammas != self.gammas:
             return
         self.acceptance = [a.faded_copy(keep) for a in earlier.acceptance]
         self.by_match = [{key: bucket.faded_copy(keep) for key, bucket in buckets.items()} for buckets in earlier.by_match]
+        self.cooldown, self.plain_streak = earlier.cooldown, earlier.plain_streak
 
     def predictions(self) -> list[tuple[float, int, int]]:
         """(S, drafter index, γ) for every candidate."""

@@ -105,8 +105,11 @@ def test_targets_are_reported_plainly():
                                                         "d γ=auto": {"speedup_vs_plain": 1.3}}},
                                      "rag": {"methods": {"d γ=2": {"speedup_vs_plain": 0.9},
                                                          "d γ=auto": {"speedup_vs_plain": 0.92}}}}}}
-    summary["0"]["methods"].update({"d γ=2": {}, "d γ=auto": {}})
+    summary["0"]["methods"].update({"d γ=2": {}, "d γ=auto": {}, "e": {}})  # e: a bare spec, γ = auto
+    summary["0"]["by_category"]["rag"]["methods"]["e"] = {"speedup_vs_plain": 0.8}
+    summary["0"]["by_category"]["qa"]["methods"]["e"] = {"speedup_vs_plain": 1.0}
     notes = target_notes(summary)
+    assert any("rag: e is 0.80× plain, more than 5% slower than plain decoding: MISSED" in n for n in notes)
     assert any("1.20× transformers' generate (target ≥ 1.3×): MISSED" in n for n in notes)
     assert any("qa: d γ=auto is 1.30× plain, below 95% of d γ=2 (1.50×): MISSED" in n for n in notes)
     assert any("rag: d γ=auto is 0.92× plain, more than 5% slower than plain decoding: MISSED" in n for n in notes)

@@ -169,7 +169,7 @@ def test_a_new_request_starts_from_what_the_last_one_learned():
     that (it does not draft in its first round), where a fresh policy would start at the prior and draft."""
     cost_model = costs(0.0, d=0.3)
     earlier = AdaptivePolicy(cost_model, ["d"], max_gamma=8)
-    run(earlier, {"d": 0.0}, rounds=60)
+    run(earlier, {"d": 0.0}, rounds=40)  # probes at rounds 0, 9 and 26: none due when it ends
     fresh = AdaptivePolicy(cost_model, ["d"], max_gamma=8)
     assert fresh.choose().drafter == 0  # the prior (α 0.6) predicts a gain
     warm = AdaptivePolicy(cost_model, ["d"], max_gamma=8)
@@ -181,6 +181,20 @@ def test_a_new_request_starts_from_what_the_last_one_learned():
     other = AdaptivePolicy(cost_model, ["d"], max_gamma=4)
     other.continue_from(earlier)  # other γs: nothing inherited
     assert other.acceptance[0].drafted == [0.0] * 4
+
+
+def test_the_probe_schedule_carries_on_into_the_next_request():
+    """Probes of a losing drafter follow one schedule across requests: the next request probes when
+    the earlier one's cooldown runs out, not after COOLDOWN_FIRST plain rounds again."""
+    cost_model = costs(0.0, d=0.3)
+    earlier = AdaptivePolicy(cost_model, ["d"], max_gamma=8)
+    run(earlier, {"d": 0.0}, rounds=40)  # probes at rounds 0, 9 and 26; the cooldown is now 32
+    due = earlier.cooldown - earlier.plain_streak  # plain rounds left before the next probe
+    assert due > COOLDOWN_FIRST
+    warm = AdaptivePolicy(cost_model, ["d"], max_gamma=8)
+    warm.continue_from(earlier)
+    plans = run(warm, {"d": 0.0}, rounds=due + 1)
+    assert [i for i, p in enumerate(plans) if p.drafter is not None] == [due]
 
 
 def test_real_round_costs_change_the_choice():

@@ -91,7 +91,8 @@ def build_methods(args, target, console) -> dict[float, list]:
         except argparse.ArgumentTypeError as err:
             raise SpecdecError(f"--drafter {text}: {err}") from None
         for gamma in gammas:
-            name = spec if len(gammas) == 1 else f"{spec} γ={gamma}"  # one row per (drafter, γ)
+            # one row per (drafter, γ); a bare spec is γ = auto (the targets check those rows)
+            name = spec if gamma == "auto" and len(gammas) == 1 else f"{spec} γ={gamma}"
             engine = Engine(target, build_drafter(spec, target, device=args.device))
             ours.append(SpecdecMethod(name, engine, gamma))
     with console.status("reading the cost model (measuring it on this machine the first time)"):

@@ -63,8 +63,8 @@ def target_notes(summary: dict) -> list[str]:
             notes.append(f"T={temperature}: our plain decoding is {ratio:.2f}× transformers' generate "
                          f"(target ≥ {PLAIN_OVER_HF_TARGET}×): {verdict}")
         for name in methods:
-            if name.endswith(" γ=auto"):
-                spec = name[: -len(" γ=auto")]
+            if name.endswith(" γ=auto") or (" γ=" not in name and name != PLAIN and not name.startswith("hf-")):
+                spec = name.removesuffix(" γ=auto")  # a bare drafter spec ran with γ = auto
                 fixed = [n for n in methods if n.startswith(spec + " γ=") and n != name]
                 for category, entry in result["by_category"].items():
                     auto = entry["methods"][name]["speedup_vs_plain"]
