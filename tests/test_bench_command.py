@@ -184,6 +184,12 @@ def test_a_stopped_bench_keeps_the_prompts_it_finished(tmp_path, tiny_folder, ca
     assert code == 130 and "results.partial.jsonl" in capsys.readouterr().out
     rows = [json.loads(line) for line in (out / "results.partial.jsonl").read_text().splitlines()]
     assert [r["id"] for r in rows] == ["1", "2"] and not (out / "results.jsonl").exists()
+    monkeypatch.setattr(runner, "run_case", real_run_case)  # run again into the same folder, to the end
+    assert main(["bench", "--model", str(tiny_folder), "--prompts", str(prompts), "--no-transformers",
+                 "--max-new-tokens", "4", "--out-dir", str(out)]) == 0
+    kept = list(out.glob("results.partial-*.jsonl"))  # the stopped run's rows were set aside, not lost
+    assert len(kept) == 1 and [json.loads(line)["id"] for line in kept[0].read_text().splitlines()] == ["1", "2"]
+    assert "results.partial-" in capsys.readouterr().out and not (out / "results.partial.jsonl").exists()
 
 
 def test_peak_memory_follows_an_allocation_and_resets():

@@ -134,6 +134,11 @@ def run(args, console) -> int:
     total = len(cases) * args.repeats * sum(len(m) for m in methods_at.values())
     args.out_dir.mkdir(parents=True, exist_ok=True)
     partial = args.out_dir / PARTIAL_RESULTS
+    if partial.is_file() and partial.stat().st_size:  # an earlier stopped run's: set aside, not overwritten
+        stamp = datetime.datetime.fromtimestamp(partial.stat().st_mtime).strftime("%Y%m%d-%H%M%S")
+        kept = partial.with_name(f"results.partial-{stamp}.jsonl")
+        partial.rename(kept)
+        console.print(f"an earlier stopped run's results are now in {kept}")
     partial.write_text("")
 
     def keep(row: dict) -> None:

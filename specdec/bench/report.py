@@ -186,7 +186,10 @@ def plots(summary: dict, out_dir: Path) -> list[Path]:
     ax.set_xlabel("draft position")
     ax.set_ylabel("accepted / drafted")
     ax.set_ylim(0, 1)
-    ax.legend(fontsize=7)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    else:
+        ax.text(0.5, 0.5, "nothing was drafted", ha="center", transform=ax.transAxes)
     fig.tight_layout()
     written.append(_save(fig, out_dir / "acceptance_by_position.png"))
     # 3. measured against predicted speed-up
