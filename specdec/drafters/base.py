@@ -62,6 +62,14 @@ class Drafter(Protocol):
         """Propose up to `max_tokens` ids to follow `tokens`."""
 
 
+def full_vocabulary_logits(draft_logits: torch.Tensor, vocab_ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """A head's logits over its reduced draft vocabulary [n, Vd] → over the target's [n, V] (float32,
+    -inf outside the draft vocabulary, so sampling never proposes those tokens)."""
+    logits = torch.full((draft_logits.shape[0], vocab_size), float("-inf"), device=draft_logits.device)  # [n, V]
+    logits[:, vocab_ids] = draft_logits.float()
+    return logits
+
+
 def draft_chain(
     next_logits: Callable[[list[int]], torch.Tensor],
     feed: list[int],

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from specdec.drafters.base import Draft, draft_chain
+from specdec.drafters.base import Draft, draft_chain, full_vocabulary_logits
 from specdec.errors import ConfigError
 from specdec.heads.eagle import EagleConfig, EagleHead
 from specdec.heads.files import load_module
@@ -86,9 +86,7 @@ class EagleDrafter:
         embeds = self.net.embed(torch.tensor([ids], device=device))  # [1, n, hidden]
         predicted = self.head(features[None], embeds, position_ids, self.cache, mask, causal)[0]  # [n, hidden]
         self.cache.advance(n)
-        logits = torch.full((n, self.net.vocab_size), float("-inf"), device=device)  # [n, V]
-        logits[:, self.head.vocab_ids] = (predicted @ self.head_rows.T).float()
-        return predicted, logits
+        return predicted, full_vocabulary_logits(predicted @ self.head_rows.T, self.head.vocab_ids, self.net.vocab_size)
 
     def verified_tokens(self, gamma: int) -> int:
         """Draft tokens a proposal of depth γ puts in the verification pass (the policy prices it)."""

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from specdec.drafters.base import Draft
+from specdec.drafters.base import Draft, full_vocabulary_logits
 from specdec.errors import ConfigError
 from specdec.heads.files import load_module
 from specdec.heads.medusa import MedusaConfig, MedusaHeads
@@ -43,7 +43,8 @@ class MedusaDrafter:
         deepest = max(len(p) for p in self.paths)
         if deepest > heads.config.num_heads:
             raise ConfigError(f"the tree is {deepest} deep but there are only {heads.config.num_heads} Medusa heads")
-        self.max_nodes = len({tuple(p[:k]) for p in self.paths for k in range(1, len(p) + 1)})
+        self.nodes = {tuple(p[:k]) for p in self.paths for k in range(1, len(p) + 1)}  # from_paths adds missing prefixes
+        self.max_nodes = len(self.nodes)
         self.width = max(max(p) for p in self.paths) + 1  # candidates needed per head
         self.head_rows = self.net.lm_head_weight()[heads.vocab_ids].clone()  # [Vd, hidden]
         self.last_feature: torch.Tensor | None = None
@@ -55,7 +56,7 @@ class MedusaDrafter:
         self.last_feature = hidden[-1]
 
     def verified_tokens(self, gamma: int) -> int:
-        return len([p for p in self.paths if len(p) <= gamma])
+        return sum(len(node) <= gamma for node in self.nodes)
 
     @torch.inference_mode()
     def propose(self, tokens: list[int], max_tokens: int, params: SamplingParams, generator: torch.Generator) -> Draft:
@@ -65,8 +66,7 @@ class MedusaDrafter:
             raise RuntimeError(f"{self.name} has no feature yet: the engine must call accept_features")
         depth = min(max_tokens, self.heads.config.num_heads)
         guesses = self.heads(self.last_feature)[:depth]  # [depth, hidden]
-        logits = torch.full((depth, self.net.vocab_size), float("-inf"), device=self.net.device)  # [depth, V]
-        logits[:, self.heads.vocab_ids] = (guesses @ self.head_rows.T).float()
+        logits = full_vocabulary_logits(guesses @ self.head_rows.T, self.heads.vocab_ids, self.net.vocab_size)  # [depth, V]
         ranked = logits if params.greedy else logits_to_probs(logits, params)  # [depth, V]
         top = ranked.topk(min(self.width, len(self.heads.vocab_ids)), dim=-1)
         candidates = [[t for t, v in zip(ids, vals) if v > (float("-inf") if params.greedy else 0.0)]

@@ -27,8 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from specdec.errors import ConfigError
-from specdec.train.distill import load_sequences
-from specdec.train.loop import Batch, batches, fit, split
+from specdec.train.loop import Batch, batches, fit, load_split
 
 TRAINING_FOLDER = "training"  # checkpoints: apart, since a model folder's every *.safetensors is loaded as weights
 INFO_FILE = "training.json"
@@ -114,9 +113,7 @@ def train_draft(target, data_dir: Path, out_dir: Path, *, layers: int | None = N
     """Distil (or resume distilling) a `layers`-layer draft model of `target` on the data in
     `data_dir`; the model folder is written to `out_dir`, checkpoints to `out_dir/training`."""
     out_dir = Path(out_dir)
-    (out_dir / TRAINING_FOLDER).mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(seed)
-    train_seqs, val_seqs = split(load_sequences(data_dir), validation_share, seed)
+    train_seqs, val_seqs = load_split(data_dir, out_dir / TRAINING_FOLDER, validation_share, seed)
     model = truncated_target(target, layers)
     objective = DraftObjective(model, target.net.lm_head_weight().float())
     with torch.no_grad():

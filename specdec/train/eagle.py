@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from specdec.heads.eagle import EagleConfig, EagleHead
 from specdec.heads.files import save_head
-from specdec.train.loop import Batch, data_info, fit, prepare
+from specdec.train.loop import Batch, data_info, draft_index, fit, prepare
 from specdec.train.unroll import unrolled_predictions
 
 CE_WEIGHT = 0.1
@@ -34,8 +34,7 @@ class EagleObjective:
                  depth: int, noise: float) -> None:
         self.head, self.embed, self.head_rows = head, embed, head_rows  # head_rows: [Vd, hidden], frozen
         self.depth, self.noise = depth, noise
-        self.to_draft = torch.full((vocab_size,), IGNORE, dtype=torch.long)  # target id → draft index
-        self.to_draft[head.vocab_ids] = torch.arange(len(head.vocab_ids))
+        self.to_draft = draft_index(head.vocab_ids, vocab_size, IGNORE)  # [V] target id → draft index
 
     def __call__(self, batch: Batch, train: bool) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
         """(loss, per-block correct [B, T'] bool, per-block counted [B, T'] bool) with T' = T − 2."""

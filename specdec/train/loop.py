@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from specdec.train.distill import Sequence
+from specdec.train.distill import Sequence, load_sequences
 
 CHECKPOINT_WEIGHTS, CHECKPOINT_STATE = "checkpoint.safetensors", "checkpoint.json"
 
@@ -37,14 +37,16 @@ class Prepared:
     head_rows: torch.Tensor  # [Vd, hidden] float32: the target's LM head rows of those ids (frozen)
 
 
-def prepare(target, data_dir: Path, out_dir: Path, draft_vocab: int, validation_share: float, seed: int) -> Prepared:
-    """What every head's training starts from: the output folder, the seed, the data split, the
-    draft vocabulary and its LM head rows."""
-    from specdec.train.distill import load_sequences
-
+def load_split(data_dir: Path, out_dir: Path, validation_share: float, seed: int) -> tuple[list[Sequence], list[Sequence]]:
+    """What every training starts from: the output folder made, torch seeded, the data split."""
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
-    train_seqs, val_seqs = split(load_sequences(data_dir), validation_share, seed)
+    return split(load_sequences(data_dir), validation_share, seed)
+
+
+def prepare(target, data_dir: Path, out_dir: Path, draft_vocab: int, validation_share: float, seed: int) -> Prepared:
+    """What every head's training starts from: `load_split`, the draft vocabulary and its LM head rows."""
+    train_seqs, val_seqs = load_split(data_dir, out_dir, validation_share, seed)
     vocab_ids, coverage = draft_vocabulary(train_seqs, draft_vocab, list(target.eos_token_ids))
     return Prepared(train_seqs, val_seqs, vocab_ids, coverage, target.net.lm_head_weight()[vocab_ids].float().clone())
 
@@ -58,6 +60,13 @@ def draft_vocabulary(sequences: list[Sequence], size: int, always: list[int]) ->
     total = sum(counts.values())
     covered = sum(counts[t] for t in chosen) / total if total else 0.0
     return torch.tensor(sorted(chosen)), covered
+
+
+def draft_index(vocab_ids: torch.Tensor, vocab_size: int, missing: int) -> torch.Tensor:
+    """[V]: each target id's index in the draft vocabulary, `missing` for ids outside it (labels to ignore)."""
+    index = torch.full((vocab_size,), missing, dtype=torch.long)
+    index[vocab_ids] = torch.arange(len(vocab_ids))
+    return index
 
 
 def data_info(target, data_dir: Path, data: Prepared) -> dict:

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from specdec.heads.files import save_head
 from specdec.heads.medusa import MedusaConfig, MedusaHeads
 from specdec.train.eagle import IGNORE, chain_mat
-from specdec.train.loop import Batch, data_info, fit, prepare
+from specdec.train.loop import Batch, data_info, draft_index, fit, prepare
 
 HEAD_DECAY = 0.8
 
@@ -26,8 +26,7 @@ HEAD_DECAY = 0.8
 class MedusaObjective:
     def __init__(self, heads: MedusaHeads, head_rows: torch.Tensor, vocab_size: int) -> None:
         self.heads, self.head_rows = heads, head_rows  # head_rows: [Vd, hidden], frozen
-        self.to_draft = torch.full((vocab_size,), IGNORE, dtype=torch.long)  # target id → draft index
-        self.to_draft[heads.vocab_ids] = torch.arange(len(heads.vocab_ids))
+        self.to_draft = draft_index(heads.vocab_ids, vocab_size, IGNORE)  # [V] target id → draft index
 
     def __call__(self, batch: Batch, train: bool) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
         """(loss, per head correct [B, T] bool, per head counted [B, T] bool)."""
