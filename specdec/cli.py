@@ -40,6 +40,9 @@ def _target_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default: cpu)")
     p.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16 (default: float32)")
     p.add_argument("--runtime", default="lean", help="lean | transformers (default: lean)")
+    p.add_argument("--weights", default="auto",
+                   help="auto | float32 | bfloat16 | int8 | int4: the linear layers' form (default: auto, a GGUF's "
+                        "Q4_0/Q4_1/Q8_0 blocks as stored on the CPU, int4/int8 kernels; a float checkpoint stays float)")
     p.add_argument("--max-gamma", type=int, default=8, help="the largest γ the adaptive policy tries (default: 8)")
 
 
@@ -124,7 +127,7 @@ def _load(args, console):
     from specdec.runtime import load_model
 
     with console.status(f"loading {args.model} (the first load converts and caches it)"):
-        target = load_model(args.model, device=args.device, dtype=args.dtype, runtime=args.runtime)
+        target = load_model(args.model, device=args.device, dtype=args.dtype, runtime=args.runtime, weights=args.weights)
         drafter = build_drafter(args.drafter, target, device=args.device, dtype=args.dtype, runtime=args.runtime)
     return target, drafter, Engine(target, drafter)
 

@@ -177,7 +177,8 @@ def machine_description(device: torch.device) -> dict:
 
 
 def model_description(model) -> dict:
-    """What identifies the model's numbers: its config and the sizes of its weight files."""
+    """What identifies the model's numbers: its config, the sizes of its weight files and the form
+    its linear layers run in."""
     folder = Path(model.folder)
     config = folder / "config.json"
     digest = hashlib.sha256(config.read_bytes() if config.is_file() else b"")
@@ -185,7 +186,7 @@ def model_description(model) -> dict:
         digest.update(f"{weights.name}:{weights.stat().st_size}".encode())
     net = model.net
     return {"model": model.name, "config_sha256": digest.hexdigest()[:16], "dtype": str(net.dtype),
-            "runtime": type(net).__name__}
+            "runtime": type(net).__name__, "weights": model.weights.summary() if model.weights else "as stored"}
 
 
 def cost_key(model) -> tuple[str, dict]:

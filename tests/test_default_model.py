@@ -3,7 +3,9 @@
 - Our GGUF conversion (dequantization, Q/K un-permutation) against transformers' own GGUF loader,
   and the lean runtime against transformers on the converted folder: float32 logits within 5e-4
   absolute (logits range about ±40 here; the difference is float round-off in a 30-layer stack).
-- Greedy speculative output is token-identical to plain greedy output on five real prompts, for
+  Those comparisons load the float32 weights (`weights="float32"`); the default int4 form is
+  checked against them in test_quantized.py.
+- Greedy speculative output (the default int4 weights) is token-identical to plain greedy output on five real prompts, for
   prompt lookup, for a separate draft model (the target's first 8 layers, saved as a folder) and
   for early-exit self-speculation at layer 8, which must draft exactly what that folder drafts.
 """
@@ -41,6 +43,11 @@ def smollm():
 
 
 @pytest.fixture(scope="module")
+def smollm_float32():
+    return load_model("smollm2-135m", weights="float32")
+
+
+@pytest.fixture(scope="module")
 def early_layers_draft(smollm, tmp_path_factory):
     """A real draft model sharing the vocabulary: the target's first 8 layers, norm and head."""
     from safetensors.torch import load_file, save_file
@@ -57,9 +64,10 @@ def early_layers_draft(smollm, tmp_path_factory):
     return load_model(str(folder))
 
 
-def test_lean_logits_equal_transformers(smollm):
+def test_lean_logits_equal_transformers(smollm_float32):
     from transformers import AutoModelForCausalLM
 
+    smollm = smollm_float32
     ids = smollm.tokenizer.apply_chat_template([{"role": "user", "content": PROMPTS[0]}])
     ours = smollm.net.forward(torch.tensor([ids]), smollm.net.new_cache(len(ids)))[0]
     ref_model = AutoModelForCausalLM.from_pretrained(str(smollm.folder), dtype=torch.float32).eval()
@@ -68,10 +76,11 @@ def test_lean_logits_equal_transformers(smollm):
     assert (ours - ref).abs().max().item() < ATOL
 
 
-def test_gguf_conversion_equals_transformers_gguf_loader(smollm):
+def test_gguf_conversion_equals_transformers_gguf_loader(smollm_float32):
     """transformers dequantizes and un-permutes the GGUF itself; our converted weights must agree."""
     from transformers import AutoModelForCausalLM
 
+    smollm = smollm_float32
     folder = resolve_model_folder("smollm2-135m")
     assert folder == smollm.folder
     gguf_path = builtin_gguf_path("smollm2-135m")

@@ -65,6 +65,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--assistant", default=None, help="a draft model for transformers' assisted generation (hf-assisted)")
     p.add_argument("--no-transformers", action="store_true", help="leave out the transformers baselines")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--weights", default="auto", help="auto | float32 | bfloat16 | int8 | int4 (default: auto, see specdec generate --help)")
     p.add_argument("--out-dir", type=Path, default=DEFAULT_OUT, help=f"where the report goes (default: {DEFAULT_OUT})")
 
 
@@ -129,7 +130,7 @@ def run(args, console) -> int:
     if args.ask_twice:
         cases = [c for case in cases for c in (case, replace(case, id=f"{case.id} (again)"))]
     with console.status(f"loading {args.model}"):
-        target = load_model(args.model, device=args.device)
+        target = load_model(args.model, device=args.device, weights=args.weights)
     methods_at = build_methods(args, target, console)
     total = len(cases) * args.repeats * sum(len(m) for m in methods_at.values())
     args.out_dir.mkdir(parents=True, exist_ok=True)

@@ -54,7 +54,7 @@ def build_service(args, console):
     from specdec.serve.app import ServeSettings, Service
 
     with console.status(f"loading {args.model}"):
-        target = load_model(args.model, device=args.device, dtype=args.dtype, runtime=args.runtime)
+        target = load_model(args.model, device=args.device, dtype=args.dtype, runtime=args.runtime, weights=args.weights)
         drafter = build_drafter(args.drafter, target, device=args.device, dtype=args.dtype, runtime=args.runtime)
     drafters = list(drafter) if isinstance(drafter, list) else [drafter] if drafter else []
     settings = ServeSettings(model_id=args.model, api_key=args.api_key, max_pending=args.max_queue,
