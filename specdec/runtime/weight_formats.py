@@ -39,6 +39,7 @@ from specdec.runtime.quant import (
 
 WEIGHTS = ("auto", "float32", "bfloat16", "int8", "int4")
 FLOAT_GGUF_TYPES = ("F32", "F16", "BF16")
+AS_STORED = "blocks as stored"  # the report's word for codes read from the GGUF's own blocks
 # GGUF tensor names of each linear of layer i (fused layers list their parts in order)
 LAYER_SOURCES = {
     "attn.qkv": ("attn_q", "attn_k", "attn_v"),
@@ -100,16 +101,16 @@ def apply_weights(model: nn.Module, weights: str, gguf_path: Path | None) -> Wei
         parts = [source.tensors.get(s) for s in sources] if source else []
         types = {p.tensor_type.name for p in parts if p is not None}
         form, how = _choose(weights, types if len(parts) and all(p is not None for p in parts) else set(), quantized_ok)
-        if form == "float32" and dtype != torch.float32:
-            form = str(dtype).removeprefix("torch.")  # float weights in the model's dtype
         if form in ("int4", "int8"):
-            if how.startswith("exact"):
+            if how.endswith(AS_STORED):
                 codes = concat_codes([source.codes(p) for p in parts])
             else:
                 codes = (quantize_int4 if form == "int4" else quantize_int8)(linear.weight)
             setattr(parent, attr, quantized_linear(codes, linear.bias))
         elif form == "bfloat16":
             setattr(parent, attr, BFloat16Linear(linear.weight, linear.bias))
+        if form == "float32" and dtype != torch.float32:
+            form = str(dtype).removeprefix("torch.")  # float weights kept in the model's dtype
         report.add(form, how)
     pack_linears(model)  # float32 CPU layers only (packed_linear.py)
     return report
@@ -123,13 +124,13 @@ def _choose(weights: str, gguf_types: set[str], quantized_ok: bool) -> tuple[str
         return weights, "dequantized" if gguf_types else "as stored"
     if weights in ("int4", "int8"):
         if exact_form == weights:
-            return weights, f"{single} blocks as stored"
+            return weights, f"{single} {AS_STORED}"
         return weights, "quantized at load"
     # auto
     if not gguf_types or not quantized_ok or all(t in FLOAT_GGUF_TYPES for t in gguf_types):
         return "float32", "as stored" if not gguf_types else "dequantized"
     if exact_form is not None:
-        return exact_form, f"{single} blocks as stored"
+        return exact_form, f"{single} {AS_STORED}"
     bits = max(_bits(t) for t in gguf_types)
     return ("int4" if bits <= 5 else "int8"), f"requantized from {'+'.join(sorted(gguf_types))}"
 
