@@ -182,10 +182,12 @@ class LlamaModel(nn.Module):
 
     @torch.inference_mode()
     def lm_head_weight(self) -> torch.Tensor:
-        """The LM head matrix [V, hidden] (a prepacked head keeps no dense copy: it is recovered
-        exactly by multiplying the identity)."""
+        """The LM head matrix [V, hidden] (a prepacked or quantized head keeps no dense copy: a
+        quantized one is dequantized exactly, a prepacked float one multiplies the identity)."""
         if isinstance(self.lm_head, nn.Linear):
             return self.lm_head.weight.detach()
+        if hasattr(self.lm_head, "dequantized_weight"):
+            return self.lm_head.dequantized_weight()
         eye = torch.eye(self.config.hidden_size, device=self.device, dtype=self.dtype)
         return self.lm_head(eye).T.contiguous()  # [V, hidden]
 

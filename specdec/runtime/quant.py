@@ -1,25 +1,21 @@
-"""Weight-only quantized linear layers, run as they are stored (float32 activations).
+"""Weight-only quantized linear layers, run as they are stored, with 8-bit activations.
 
-Both layers multiply rows by weights kept in 4-bit codes, in groups of 32 along the input
-dimension, with PyTorch's int4 CPU kernel (`_weight_int4pack_mm_for_cpu`), which computes every
-output row by the same recipe whatever the row count (batch-invariant; tested bit for bit).
+Weights are kept in codes per group of 32 inputs: 4-bit (`Int4Codes`, w = s·q + c, q in 0..15:
+GGUF's Q4_1 is s = d, c = m; Q4_0 is s = d, c = −8d) or 8-bit (`Int8Codes`, w = d·q: GGUF's Q8_0),
+scales and offsets in float16 as GGUF stores them. `QuantizedLinear` multiplies them with the
+compiled kernel `quant_linear` (`runtime/kernels/quant_gemm.cpp`), which quantizes each input row
+in blocks of 32 to 8 bits (d = max|x|/127 per row and block, llama.cpp's recipe for Q4 × Q8_0),
+takes exact integer dot products per block (AVX-512 VNNI, or AVX2) and combines them in float32 in
+a fixed order. So:
+- a weight tile is unpacked once per call and used by every row: a pass over k rows streams the
+  weights once (measured in `scripts/pass_costs.py`);
+- every row is computed by one recipe whatever the row count: batch-invariant, bit for bit, and
+  the AVX-512 and AVX2 builds agree bit for bit;
+- the only rounding besides float32 is the rows' 8-bit quantization (relative error ≤ 1/254 of
+  each block's largest entry); the residual stream, norms, attention, softmax and logits stay float32.
 
-Precision: the kernel is fast only with bfloat16 operands (measured on the 3072 × 576 layer, one
-row: 26 µs in bfloat16, 1.3 ms in float32, a slow fallback). So each layer rounds its input rows,
-its scales and zero points to bfloat16, dequantizes each weight as fma(q − 8, s, z), accumulates
-in float32 and returns bfloat16 outputs, which the layer widens back to float32 (the residual
-stream, norms, attention and softmax stay float32). The 4-bit codes are the GGUF's own; only the
-scales and zeros (float16 in the file) take the bfloat16 rounding, 2^-9 of their size at most.
-
-- `Int4Linear`: w = (q − 8)·s + z per group. GGUF's Q4_0 (w = d·(q − 8)) is s = d, z = 0; Q4_1
-  (w = d·q + m) is s = d, z = m + 8d.
-- `Int8Linear`: symmetric 8-bit codes with one scale per group (GGUF's Q8_0: w = d·q, q in
-  [−128, 127]), run as two int4 planes: q = 16·hi + lo with hi in [−8, 7], lo in [0, 15], so
-  w = (16d)·hi + d·lo; the output is the float32 sum of the two planes' products.
-
-`quantize_int4` / `quantize_int8` make the codes from float weights (a float checkpoint loaded
-with `weights="int4"` or `"int8"`); `gguf_blocks` reads Q4_0, Q4_1 and Q8_0 blocks straight from a
-GGUF tensor.
+`quantize_int4` / `quantize_int8` make codes from float weights (a float checkpoint loaded with
+`weights="int4"` or `"int8"`); `gguf_blocks` reads Q4_0, Q4_1 and Q8_0 blocks straight from a GGUF.
 """
 
 from __future__ import annotations
@@ -30,33 +26,29 @@ import numpy as np
 import torch
 from torch import nn
 
+from specdec.errors import ConfigError
+from specdec.runtime.kernels import invariant_kernels
+
 GROUP = 32
-KERNEL_DTYPE = torch.bfloat16  # the int4 kernel's operands and outputs (see above)
+TILE = 16  # the kernel's outputs per tile: a layer's output size must be a multiple
 EXACT_GGUF_TYPES = {"Q4_0": "int4", "Q4_1": "int4", "Q8_0": "int8"}
-
-
-def int4_kernel_available() -> bool:
-    return hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu")
 
 
 @dataclass
 class Int4Codes:
-    """4-bit codes [N, K] (values 0..15) with a scale and a zero per group [N, K/32]: w = (q − 8)·s + z."""
+    """4-bit codes [N, K] (values 0..15) with a scale and an offset per group [N, K/32]: w = s·q + c."""
 
     codes: torch.Tensor
     scales: torch.Tensor
-    zeros: torch.Tensor
+    offsets: torch.Tensor
 
-    def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """[N, K] float32: the exact weights, with scales and zeros first rounded to `dtype`
-        (bfloat16: what the kernel uses), then one rounding to float32 (the kernel's fma)."""
+    def dequantize(self) -> torch.Tensor:  # [N, K] float32, exact
         n, k = self.codes.shape
-        q = self.codes.view(n, k // GROUP, GROUP).double() - 8
-        scales, zeros = (t.to(dtype).double()[..., None] for t in (self.scales, self.zeros))
-        return (q * scales + zeros).float().view(n, k)
+        q = self.codes.view(n, k // GROUP, GROUP).double()
+        return (q * self.scales.double()[..., None] + self.offsets.double()[..., None]).float().view(n, k)
 
     def rows(self, index: np.ndarray) -> "Int4Codes":
-        return Int4Codes(self.codes[index], self.scales[index], self.zeros[index])
+        return Int4Codes(self.codes[index], self.scales[index], self.offsets[index])
 
 
 @dataclass
@@ -66,7 +58,7 @@ class Int8Codes:
     codes: torch.Tensor
     scales: torch.Tensor
 
-    def dequantize(self) -> torch.Tensor:  # [N, K] float32
+    def dequantize(self) -> torch.Tensor:  # [N, K] float32, exact
         n, k = self.codes.shape
         return (self.codes.view(n, k // GROUP, GROUP).float() * self.scales[..., None]).view(n, k)
 
@@ -78,74 +70,98 @@ def concat_codes(parts: list) -> Int4Codes | Int8Codes:
     """Stack the codes of several layers' outputs (fused q/k/v or gate/up), all of one kind."""
     first = parts[0]
     if isinstance(first, Int4Codes):
-        return Int4Codes(*(torch.cat([getattr(p, f) for p in parts]) for f in ("codes", "scales", "zeros")))
+        return Int4Codes(*(torch.cat([getattr(p, f) for p in parts]) for f in ("codes", "scales", "offsets")))
     return Int8Codes(*(torch.cat([getattr(p, f) for p in parts]) for f in ("codes", "scales")))
 
 
-class Int4Linear(nn.Module):
-    def __init__(self, codes: Int4Codes, bias: torch.Tensor | None = None) -> None:
+def quantized_kernels_available() -> bool:
+    return invariant_kernels() is not None
+
+
+class QuantizedLinear(nn.Module):
+    """y = x Wᵀ (+ bias) with W in 4- or 8-bit codes; x [..., in] float32 -> [..., out] float32."""
+
+    def __init__(self, codes: Int4Codes | Int8Codes, bias: torch.Tensor | None = None) -> None:
         super().__init__()
+        kernels = invariant_kernels()
+        if kernels is None:
+            raise ConfigError("quantized weights need specdec's compiled CPU kernels, which could not be built "
+                              "here; install a C++ compiler (g++) and ninja, or use --weights float32")
         self.out_features, self.in_features = codes.codes.shape
-        _check_shape(self.in_features)
-        self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.codes.to(torch.int32).contiguous(), 1)
-        # [K/32, N, 2]: (scale, zero) per group and output, bfloat16 (the kernel's operand type)
-        self.scale_zero = torch.stack([codes.scales, codes.zeros], -1).transpose(0, 1).to(KERNEL_DTYPE).contiguous()
+        _check_shape(self.out_features, self.in_features)
+        self.bits = 4 if isinstance(codes, Int4Codes) else 8
+        scales = _float16_exact(codes.scales, "scales")
+        offsets = _float16_exact(codes.offsets, "offsets") if self.bits == 4 else None
+        self.packed = kernels.pack_quant_weights(codes.codes.contiguous(), scales, offsets)  # [N/16, K/32, bytes]
+        self.multiply = kernels.quant_linear
         self.bias = None if bias is None else bias.detach().float()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [..., in] float32 -> [..., out] float32
-        rows = x.reshape(-1, self.in_features).to(KERNEL_DTYPE)  # [M, in]
-        out = torch.ops.aten._weight_int4pack_mm_for_cpu(rows, self.packed, GROUP, self.scale_zero).float()
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features)  # [M, in]
+        out = self.multiply(rows, self.packed)  # [M, out]
         if self.bias is not None:
             out = out + self.bias
         return out.reshape(*x.shape[:-1], self.out_features)
 
-
-class Int8Linear(nn.Module):
-    def __init__(self, codes: Int8Codes, bias: torch.Tensor | None = None) -> None:
-        super().__init__()
-        q = codes.codes.to(torch.int32)
-        high = torch.div(q, 16, rounding_mode="floor")  # [N, K] in [-8, 7]
-        low = q - 16 * high  # [N, K] in [0, 15]
-        scales = codes.scales.float()
-        self.high = Int4Linear(Int4Codes((high + 8).to(torch.uint8), 16 * scales, torch.zeros_like(scales)))
-        self.low = Int4Linear(Int4Codes(low.to(torch.uint8), scales, 8 * scales))
-        self.out_features, self.in_features = self.high.out_features, self.high.in_features
-        self.bias = None if bias is None else bias.detach().float()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [..., in] float32 -> [..., out]
-        out = self.high(x) + self.low(x)
-        return out if self.bias is None else out + self.bias
+    def dequantized_weight(self) -> torch.Tensor:  # [out, in] float32: the exact weights
+        return unpack_codes(self.packed, self.bits).dequantize()
 
 
-def quantized_linear(codes: Int4Codes | Int8Codes, bias: torch.Tensor | None = None) -> nn.Module:
-    return Int4Linear(codes, bias) if isinstance(codes, Int4Codes) else Int8Linear(codes, bias)
+def unpack_codes(packed: torch.Tensor, bits: int) -> Int4Codes | Int8Codes:
+    """The codes, scales and offsets back from the kernel's layout (see quant_gemm.cpp's header)."""
+    tiles, blocks, _ = packed.shape
+    data = packed.numpy()
+    if bits == 4:
+        chunks = data[..., :256].reshape(tiles, blocks, 4, TILE, 4)  # [T, B, j, lane, i]
+        both = np.stack([chunks & 0x0F, chunks >> 4], axis=2)  # [T, B, half, j, lane, i]: input 16·half + 4j + i
+        codes = both.transpose(0, 4, 1, 2, 3, 5)  # [T, lane, B, half, j, i]
+    else:
+        codes = data[..., :512].view(np.int8).reshape(tiles, blocks, 8, TILE, 4).transpose(0, 3, 1, 2, 4)  # [T, lane, B, g, i]
+    codes = torch.from_numpy(np.ascontiguousarray(codes).reshape(tiles * TILE, blocks * GROUP))
+
+    def halves(offset: int) -> torch.Tensor:  # 16 float16 per tile and block -> [N, K/32] float32
+        field = data[..., offset:offset + 32].copy().view(np.float16)  # [T, B, lane]
+        return torch.from_numpy(field.transpose(0, 2, 1).reshape(tiles * TILE, blocks).astype(np.float32))
+
+    if bits == 4:
+        return Int4Codes(codes, halves(256), halves(288))
+    return Int8Codes(codes, halves(512))
 
 
-def _check_shape(in_features: int) -> None:
-    if in_features % GROUP:
-        from specdec.errors import ConfigError
+def _float16_exact(values: torch.Tensor, what: str) -> torch.Tensor:
+    """`values` as float32, after checking that float16 (the kernel's storage) holds them exactly."""
+    values = values.float()
+    if not torch.equal(values.half().float(), values):
+        raise ConfigError(f"quantized {what} must be float16 values (as GGUF stores them); got some that are not")
+    return values
 
-        raise ConfigError(f"quantized weights need an input size divisible by {GROUP}, got {in_features}")
+
+def _check_shape(out_features: int, in_features: int) -> None:
+    if in_features % GROUP or out_features % TILE:
+        raise ConfigError(f"quantized weights need an input size divisible by {GROUP} and an output size divisible "
+                          f"by {TILE}, got {out_features} × {in_features}; use --weights float32 or bfloat16")
 
 
 def quantize_int4(weight: torch.Tensor) -> Int4Codes:
-    """Asymmetric 4-bit codes per group of 32 (like Q4_1): s = (max − min)/15, z = min + 8s."""
+    """Asymmetric 4-bit codes per group of 32 (like Q4_1): s = (max − min)/15 and c = min, both
+    rounded to float16 first, then q = round((w − c)/s)."""
     n, k = weight.shape
-    _check_shape(k)
+    _check_shape(n, k)
     w = weight.detach().float().view(n, k // GROUP, GROUP)
     low, high = w.amin(-1), w.amax(-1)  # [N, K/32]
-    scales = (high - low) / 15
+    offsets = low.half().float()
+    scales = ((high - offsets) / 15).half().float()
     safe = torch.where(scales > 0, scales, torch.ones_like(scales))
-    codes = ((w - low[..., None]) / safe[..., None]).round().clamp(0, 15).to(torch.uint8).view(n, k)
-    return Int4Codes(codes, scales, low + 8 * scales)
+    codes = ((w - offsets[..., None]) / safe[..., None]).round().clamp(0, 15).to(torch.uint8).view(n, k)
+    return Int4Codes(codes, scales, offsets)
 
 
 def quantize_int8(weight: torch.Tensor) -> Int8Codes:
-    """Symmetric 8-bit codes per group of 32 (like Q8_0): d = max|w|/127."""
+    """Symmetric 8-bit codes per group of 32 (like Q8_0): d = max|w|/127 rounded to float16."""
     n, k = weight.shape
-    _check_shape(k)
+    _check_shape(n, k)
     w = weight.detach().float().view(n, k // GROUP, GROUP)
-    scales = w.abs().amax(-1) / 127  # [N, K/32]
+    scales = (w.abs().amax(-1) / 127).half().float()  # [N, K/32]
     safe = torch.where(scales > 0, scales, torch.ones_like(scales))
     codes = (w / safe[..., None]).round().clamp(-127, 127).to(torch.int8).view(n, k)
     return Int8Codes(codes, scales)
@@ -165,10 +181,9 @@ def gguf_blocks(type_name: str, data: np.ndarray, rows: int, cols: int) -> Int4C
 
     if type_name == "Q4_0":
         scales = half(0)
-        return Int4Codes(nibbles(2), scales, torch.zeros_like(scales))
+        return Int4Codes(nibbles(2), scales, -8 * scales)
     if type_name == "Q4_1":
-        scales, mins = half(0), half(2)
-        return Int4Codes(nibbles(4), scales, mins + 8 * scales)
+        return Int4Codes(nibbles(4), half(0), half(2))
     if type_name == "Q8_0":
         codes = blocks[..., 2:].copy().view(np.int8).reshape(rows, cols)
         return Int8Codes(torch.from_numpy(codes), half(0))

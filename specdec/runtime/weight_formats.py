@@ -1,8 +1,9 @@
 """Which form each linear layer's weights take: `--weights auto|float32|bfloat16|int8|int4`.
 
-- `auto`: a GGUF keeps its precision — Q4_0/Q4_1 tensors become `Int4Linear`, Q8_0 `Int8Linear`,
-  both exact (the layer's weights equal gguf's dequantization bit for bit); other quantized types
-  (K-quants) are dequantized and requantized to the nearest of the two, float tensors stay float.
+- `auto`: a GGUF keeps its precision — Q4_0/Q4_1 tensors become 4-bit `QuantizedLinear`s, Q8_0
+  8-bit ones, both exact (the layer's weights equal gguf's dequantization bit for bit); other
+  quantized types (K-quants) are dequantized and requantized to the nearest of the two, float
+  tensors stay float. Without the compiled kernels (no C++ compiler) everything stays float32.
   A float checkpoint stays float32 (MKL-prepacked where available).
 - `int4` / `int8`: every linear in that form; from the GGUF blocks where the file has exactly that
   form, else quantized from the float weights (group 32).
@@ -31,10 +32,10 @@ from specdec.runtime.quant import (
     EXACT_GGUF_TYPES,
     concat_codes,
     gguf_blocks,
-    int4_kernel_available,
+    QuantizedLinear,
     quantize_int4,
     quantize_int8,
-    quantized_linear,
+    quantized_kernels_available,
 )
 
 WEIGHTS = ("auto", "float32", "bfloat16", "int8", "int4")
@@ -85,15 +86,16 @@ def check_weights(weights: str, device: torch.device, dtype: torch.dtype) -> Non
             raise ConfigError(f"--weights {weights} runs on the CPU only; use --weights bfloat16 or float32 on {device.type}")
         if dtype != torch.float32:
             raise ConfigError(f"--weights {weights} computes in float32; drop --dtype or use --weights bfloat16")
-        if not int4_kernel_available():
-            raise ConfigError(f"--weights {weights} needs torch's int4 CPU kernel (torch >= 2.6); upgrade torch")
+        if not quantized_kernels_available():
+            raise ConfigError(f"--weights {weights} needs specdec's compiled CPU kernels, which could not be built "
+                              "here (see the warning above); install g++ and ninja, or use --weights float32")
 
 
 def apply_weights(model: nn.Module, weights: str, gguf_path: Path | None) -> WeightReport:
     """Swap the model's linear layers for the chosen form, in place; report what was done."""
     device, dtype = model.device, model.dtype
     check_weights(weights, device, dtype)
-    quantized_ok = device.type == "cpu" and dtype == torch.float32 and int4_kernel_available()
+    quantized_ok = device.type == "cpu" and dtype == torch.float32 and quantized_kernels_available()
     source = _gguf_source(gguf_path) if gguf_path is not None else None
     report = WeightReport()
     for parent, attr, sources in _linears(model):
@@ -106,7 +108,7 @@ def apply_weights(model: nn.Module, weights: str, gguf_path: Path | None) -> Wei
                 codes = concat_codes([source.codes(p) for p in parts])
             else:
                 codes = (quantize_int4 if form == "int4" else quantize_int8)(linear.weight)
-            setattr(parent, attr, quantized_linear(codes, linear.bias))
+            setattr(parent, attr, QuantizedLinear(codes, linear.bias))
         elif form == "bfloat16":
             setattr(parent, attr, BFloat16Linear(linear.weight, linear.bias))
         if form == "float32" and dtype != torch.float32:

@@ -21,7 +21,7 @@ import sys
 import warnings
 from pathlib import Path
 
-SOURCE = Path(__file__).with_name("invariant.cpp")
+SOURCES = [Path(__file__).with_name(name) for name in ("invariant.cpp", "quant_gemm.cpp")]
 # no fused multiply-add contraction: a vectorised loop and its scalar tail must round alike
 CFLAGS = ["-O3", "-ffp-contract=off", "-fno-math-errno"]
 ISA_FLAGS = {"native": ["-march=native"], "generic": ["-march=x86-64-v3"] if platform.machine() == "x86_64" else []}
@@ -43,7 +43,7 @@ def _load(isa: str):
 
     from specdec.runtime.gguf_convert import cache_root
 
-    key = SOURCE.read_bytes() + " ".join(CFLAGS + ISA_FLAGS[isa]).encode() + (_cpu_flags() if isa == "native" else b"")
+    key = b"".join(source.read_bytes() for source in SOURCES) + " ".join(CFLAGS + ISA_FLAGS[isa]).encode() + (_cpu_flags() if isa == "native" else b"")
     digest = hashlib.sha256(key).hexdigest()[:12]
     name = f"specdec_invariant_{isa}_{digest}"
     build = cache_root() / "kernels" / f"torch-{torch.__version__}-{platform.machine()}" / name
@@ -52,7 +52,7 @@ def _load(isa: str):
         print(f"specdec: compiling the batch-invariant CPU kernels once ({isa}; about a minute) into {build}",
               file=sys.stderr, flush=True)
     return cpp_extension.load(
-        name=name, sources=[str(SOURCE)], build_directory=str(build),
+        name=name, sources=[str(source) for source in SOURCES], build_directory=str(build),
         extra_cflags=CFLAGS + ISA_FLAGS[isa], verbose=False,
     )
 

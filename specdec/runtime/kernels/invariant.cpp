@@ -1,11 +1,12 @@
 // Batch-invariant CPU kernels for the lean runtime (float32).
 //
-// Every output row is computed by the same scalar recipe whatever the number of rows in the call,
-// the cache length around it or the shape of the token tree: reductions run in a fixed order
-// (16 lanes, then a fixed pairwise sum), nothing is split or blocked by row count. So row i of a
-// pass over k tokens equals, bit for bit, a one-token pass at the same position over the same
-// visible keys. The compiler vectorises the lane loops; the order of the arithmetic is the source's
-// (built with -ffp-contract=off, so a vectorised loop and its scalar tail round alike).
+// Every output row is computed by the same recipe whatever the number of rows in the call, the
+// cache length around it or the shape of the token tree: reductions run in a fixed order and
+// nothing is split or blocked by row count. So row i of a pass over k tokens equals, bit for bit,
+// a one-token pass at the same position over the same visible keys. Vector code is written with
+// GCC's vector extensions (16 floats: AVX-512 registers, two AVX2 registers, or scalar code
+// elsewhere) doing elementwise what the scalar recipe does, built with -ffp-contract=off so that no
+// multiply and add are fused behind the source's back: lanes, tails and the generic build agree.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <cmath>
@@ -16,38 +17,83 @@
 namespace {
 
 constexpr int kLanes = 16;
+using Vec = float __attribute__((vector_size(kLanes * sizeof(float))));
+using IVec = int32_t __attribute__((vector_size(kLanes * sizeof(int32_t))));
+
+inline Vec splat(float value) { return Vec{} + value; }
+inline Vec load(const float* p) {
+  Vec v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store(float* p, Vec v) { std::memcpy(p, &v, sizeof v); }
+// the first n < 16 lanes (the rest 0), for the tail of a row
+inline Vec load(const float* p, int64_t n) {
+  if (n == kLanes) return load(p);
+  Vec v = {};
+  for (int64_t l = 0; l < n; ++l) v[l] = p[l];
+  return v;
+}
+inline void store(float* p, Vec v, int64_t n) {
+  if (n == kLanes) return store(p, v);
+  for (int64_t l = 0; l < n; ++l) p[l] = v[l];
+}
 
 // sum_d a[d] * b[d] in a fixed order: lane l accumulates d = l (mod 16), then lanes are folded
 // pairwise (8, 4, 2, 1).
 inline float lane_dot(const float* a, const float* b, int64_t n) {
-  float acc[kLanes] = {0.f};
-  int64_t d = 0;
-  for (; d + kLanes <= n; d += kLanes)
-    for (int l = 0; l < kLanes; ++l) acc[l] += a[d + l] * b[d + l];
-  for (; d < n; ++d) acc[d % kLanes] += a[d] * b[d];
+  Vec acc = {};
+  for (int64_t d = 0; d < n; d += kLanes) {
+    const int64_t width = std::min<int64_t>(kLanes, n - d);
+    acc = acc + load(a + d, width) * load(b + d, width);
+  }
+  float lanes[kLanes];
+  store(lanes, acc);
   for (int width = kLanes / 2; width >= 1; width /= 2)
-    for (int l = 0; l < width; ++l) acc[l] += acc[l + width];
-  return acc[0];
+    for (int l = 0; l < width; ++l) lanes[l] += lanes[l + width];
+  return lanes[0];
 }
 
-// e^x from +, *, floor and an exponent written into the bits (Cephes' expf polynomial, about
-// 1 ulp): the same arithmetic whether the compiler vectorises the call or not, unlike libm's expf.
-inline float fixed_exp(float x) {
-  x = std::min(std::max(x, -87.0f), 88.0f);
-  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
-  float r = x - n * 0.693359375f;
+// e^x per lane from +, *, an exact floor and an exponent written into the bits (Cephes' expf
+// polynomial, about 1 ulp): the same arithmetic in every lane, unlike libm's expf.
+inline Vec fixed_exp(Vec x) {
+  x = x < -87.0f ? splat(-87.0f) : x;
+  x = x > 88.0f ? splat(88.0f) : x;
+  const Vec y = x * 1.44269504088896341f + 0.5f;
+  const Vec truncated = __builtin_convertvector(__builtin_convertvector(y, IVec), Vec);
+  const Vec n = truncated + __builtin_convertvector(y < truncated, Vec);  // floor(y): -1 where y < trunc(y)
+  Vec r = x - n * 0.693359375f;
   r = r + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
+  Vec p = splat(1.9875691500e-4f);
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * (r * r) + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
+  const IVec bits = (__builtin_convertvector(n, IVec) + 127) << 23;
+  return p * reinterpret_cast<const Vec&>(bits);
+}
+
+constexpr int kRowGroup = 4;  // attention rows processed together
+
+// out[i] += sum over slots s < past, in order, of weights[i][s] * values[s] (a multiply and an add
+// per element) for kRowGroup rows whose D = 16 * DV values stay in registers throughout.
+template <int DV>
+void weigh_values(float* const* out, const float* const* weights, const float* values, int64_t past) {
+  Vec acc[kRowGroup][DV];
+  for (int i = 0; i < kRowGroup; ++i)
+    for (int v = 0; v < DV; ++v) acc[i][v] = load(out[i] + v * kLanes);
+  for (int64_t s = 0; s < past; ++s) {
+    Vec row[DV];
+    for (int v = 0; v < DV; ++v) row[v] = load(values + s * DV * kLanes + v * kLanes);
+    for (int i = 0; i < kRowGroup; ++i) {
+      const float p = weights[i][s];
+      for (int v = 0; v < DV; ++v) acc[i][v] = acc[i][v] + p * row[v];
+    }
+  }
+  for (int i = 0; i < kRowGroup; ++i)
+    for (int v = 0; v < DV; ++v) store(out[i] + v * kLanes, acc[i][v]);
 }
 
 }  // namespace
@@ -86,10 +132,14 @@ torch::Tensor silu_mul(torch::Tensor gate_up) {
   float* po = out.data_ptr<float>();
   at::parallel_for(0, rows, 4, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      const float* gate = pg + r * 2 * width;
-      const float* up = gate + width;
-      float* o = po + r * width;
-      for (int64_t i = 0; i < width; ++i) o[i] = gate[i] / (1.f + fixed_exp(-gate[i])) * up[i];
+      const float* __restrict gate = pg + r * 2 * width;
+      const float* __restrict up = gate + width;
+      float* __restrict o = po + r * width;
+      for (int64_t i = 0; i < width; i += kLanes) {
+        const int64_t n = std::min<int64_t>(kLanes, width - i);
+        const Vec g = load(gate + i, n);
+        store(o + i, g / (1.f + fixed_exp(-g)) * load(up + i, n), n);
+      }
     }
   });
   return out;
@@ -99,8 +149,15 @@ torch::Tensor silu_mul(torch::Tensor gate_up) {
 // q: [B, H, T, D]; keys, values: [B, Hkv, S_max, D] (the layer's cache, the new tokens already
 // written at slots [past, past + T)); tree_mask: [T, T] bool (new token t sees new token j) or an
 // empty tensor for causal. Every new token sees all slots [0, past). Returns [B, H, T, D].
-// Row (b, h, t) visits its visible slots in ascending order: scores, max, exp, a sequential sum,
-// and the weighted sum of values, so its result depends only on the keys and values it sees.
+//
+// The recipe of row (b, h, t), whatever T, the tree or which other rows share the call:
+// - score of slot s: sum over d = 0 .. D-1, in order from 0, of q[d] * k[d] (a multiply, then an
+//   add), times 1/sqrt(D) — computed for 16 slots at once, one slot per lane;
+// - over its visible slots in ascending order: the max, e = exp(score - max), a sequential sum,
+//   and out = sum of e * value (a multiply and an add per element, slots in order), times 1/sum.
+// So a row depends only on the keys and values it sees, not on their slot numbers or neighbours.
+// The rows of one KV head (G = H / Hkv query heads times the tokens of a chunk) are scored and
+// weighted together, so each key and value is read once per chunk.
 torch::Tensor attention(torch::Tensor q, torch::Tensor keys, torch::Tensor values, int64_t past,
                         torch::Tensor tree_mask) {
   TORCH_CHECK(q.dtype() == torch::kFloat32 && keys.dtype() == torch::kFloat32, "attention wants float32");
@@ -118,42 +175,114 @@ torch::Tensor attention(torch::Tensor q, torch::Tensor keys, torch::Tensor value
   const float* pv = values.data_ptr<float>();
   float* po = out.data_ptr<float>();
   const float scale = 1.f / std::sqrt(static_cast<float>(dim));
-  at::parallel_for(0, batch * heads * seq, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores(past + seq);
-    std::vector<int64_t> slots(past + seq);
+  const int64_t slots = past + seq, padded = (slots + kLanes - 1) / kLanes * kLanes;
+  // work items: (batch, KV head, a chunk of new tokens); an item's rows are its G heads x tokens
+  const int64_t chunk = std::min<int64_t>(seq, 8), chunks = (seq + chunk - 1) / chunk;
+  at::parallel_for(0, batch * kv_heads * chunks, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> transposed(dim * kLanes);  // [D, 16]: a block of 16 keys, one per lane
+    std::vector<float> scores, weights;          // [rows, padded] by slot; [rows, slots] by visible slot
+    std::vector<int64_t> visible;                // [rows, slots]: each row's visible slots, ascending
+    std::vector<int64_t> count;                  // [rows]
+    std::vector<float> totals;                   // [rows]
+    std::vector<float> scratch(kRowGroup * dim);  // outputs of padding rows, discarded
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t t = item % seq, h = (item / seq) % heads, b = item / (seq * heads);
-      const float* qrow = pq + item * dim;
-      const int64_t base = (b * kv_heads + h / group) * max_len * dim;
-      int64_t n = 0;
-      for (int64_t s = 0; s < past; ++s) slots[n++] = s;
-      for (int64_t j = 0; j < seq; ++j)
-        if (causal ? j <= t : pm[t * seq + j]) slots[n++] = past + j;
-      float top = -INFINITY;
-      for (int64_t i = 0; i < n; ++i) {
-        scores[i] = lane_dot(qrow, pk + base + slots[i] * dim, dim) * scale;
-        top = std::max(top, scores[i]);
+      const int64_t c = item % chunks, kvh = (item / chunks) % kv_heads, b = item / (chunks * kv_heads);
+      const int64_t t0 = c * chunk, tokens = std::min(chunk, seq - t0), rows = group * tokens;
+      const float* kbase = pk + (b * kv_heads + kvh) * max_len * dim;
+      const float* vbase = pv + (b * kv_heads + kvh) * max_len * dim;
+      auto offset = [&](int64_t r) {  // row r = (g, t): query head kvh * G + g, token t0 + t
+        return ((b * heads + kvh * group + r / tokens) * seq + t0 + r % tokens) * dim;
+      };
+      scores.resize(rows * padded);
+      for (int64_t s0 = 0; s0 < slots; s0 += kLanes) {
+        const int64_t width = std::min<int64_t>(kLanes, slots - s0);
+        float* kt = transposed.data();
+        if (width < kLanes) std::fill(transposed.begin(), transposed.end(), 0.f);
+        for (int64_t l = 0; l < width; ++l)
+          for (int64_t d = 0; d < dim; ++d) kt[d * kLanes + l] = kbase[(s0 + l) * dim + d];
+        for (int64_t r0 = 0; r0 < rows; r0 += kRowGroup) {  // kRowGroup independent chains in flight
+          const float* qr[kRowGroup];
+          for (int i = 0; i < kRowGroup; ++i) qr[i] = pq + offset(std::min(r0 + i, rows - 1));
+          Vec acc[kRowGroup] = {};
+          for (int64_t d = 0; d < dim; ++d) {
+            const Vec kd = load(kt + d * kLanes);
+            for (int i = 0; i < kRowGroup; ++i) acc[i] = acc[i] + qr[i][d] * kd;
+          }
+          for (int i = 0; i < kRowGroup && r0 + i < rows; ++i) store(scores.data() + (r0 + i) * padded + s0, acc[i] * scale);
+        }
       }
-      float* sc = scores.data();
-      for (int64_t i = 0; i < n; ++i) sc[i] = fixed_exp(sc[i] - top);
-      float total = 0.f;
-      for (int64_t i = 0; i < n; ++i) total += sc[i];
-      float* orow = po + item * dim;
-      for (int64_t d = 0; d < dim; ++d) orow[d] = 0.f;
-      for (int64_t i = 0; i < n; ++i) {
-        const float* vrow = pv + base + slots[i] * dim;
-        const float p = scores[i];
-        for (int64_t d = 0; d < dim; ++d) orow[d] += p * vrow[d];
+      visible.resize(rows * slots);
+      weights.resize(rows * slots);
+      count.assign(rows, 0);
+      totals.assign(rows, 0.f);
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t t = t0 + r % tokens;
+        int64_t* vis = visible.data() + r * slots;
+        int64_t n = 0;
+        for (int64_t s = 0; s < past; ++s) vis[n++] = s;
+        for (int64_t j = 0; j < seq; ++j)
+          if (causal ? j <= t : pm[t * seq + j]) vis[n++] = past + j;
+        count[r] = n;
+        const float* sr = scores.data() + r * padded;
+        float* e = weights.data() + r * slots;
+        float top = -INFINITY;
+        for (int64_t i = 0; i < n; ++i) top = std::max(top, sr[vis[i]]);
+        for (int64_t i = 0; i < n; ++i) e[i] = sr[vis[i]] - top;
+        for (int64_t i = 0; i < n; i += kLanes) {
+          const int64_t width = std::min<int64_t>(kLanes, n - i);
+          store(e + i, fixed_exp(load(e + i, width)), width);
+        }
+        float total = 0.f;
+        for (int64_t i = 0; i < n; ++i) total += e[i];
+        totals[r] = total;
+        std::memset(po + offset(r), 0, dim * sizeof(float));
       }
-      const float inv = 1.f / total;
-      for (int64_t d = 0; d < dim; ++d) orow[d] *= inv;
+      auto accumulate = [&](float* orow, float p, const float* vrow) {  // orow += p * vrow
+        for (int64_t d = 0; d < dim; d += kLanes) {
+          const int64_t width = std::min<int64_t>(kLanes, dim - d);
+          store(orow + d, load(orow + d, width) + p * load(vrow + d, width), width);
+        }
+      };
+      // the cached slots, seen by every row: each value row is read once for all rows
+      for (int64_t r0 = 0; r0 < rows; r0 += kRowGroup) {
+        const int64_t group_rows = std::min<int64_t>(kRowGroup, rows - r0);
+        float* orows[kRowGroup];
+        const float* weight_rows[kRowGroup];
+        for (int i = 0; i < kRowGroup; ++i) {  // a short group is padded with rows written to scratch
+          const int64_t r = std::min<int64_t>(r0 + i, rows - 1);
+          orows[i] = i < group_rows ? po + offset(r) : scratch.data() + i * dim;
+          weight_rows[i] = weights.data() + r * slots;
+        }
+        if (dim == 64) {
+          weigh_values<4>(orows, weight_rows, vbase, past);
+        } else {
+          for (int64_t s = 0; s < past; ++s)
+            for (int64_t i = 0; i < group_rows; ++i) accumulate(orows[i], weight_rows[i][s], vbase + s * dim);
+        }
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        float* orow = po + offset(r);
+        const int64_t* vis = visible.data() + r * slots;
+        for (int64_t i = past; i < count[r]; ++i) accumulate(orow, weights[r * slots + i], vbase + vis[i] * dim);
+        const float inv = 1.f / totals[r];
+        for (int64_t d = 0; d < dim; ++d) orow[d] *= inv;
+      }
     }
   });
   return out;
 }
 
+// quant_gemm.cpp
+torch::Tensor quant_linear(torch::Tensor x, torch::Tensor packed);
+torch::Tensor pack_quant_weights(torch::Tensor codes, torch::Tensor scales, c10::optional<torch::Tensor> offsets);
+std::string quant_linear_path();
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rms_norm", &rms_norm, "row-wise RMSNorm in a fixed order");
   m.def("silu_mul", &silu_mul, "silu(gate) * up");
   m.def("attention", &attention, "batch-invariant attention over a static cache");
+  m.def("quant_linear", &quant_linear, "4- or 8-bit weights x 8-bit rows, every row by one recipe");
+  m.def("pack_quant_weights", &pack_quant_weights, "codes, scales (and 4-bit offsets) into quant_linear's layout",
+        py::arg("codes"), py::arg("scales"), py::arg("offsets") = py::none());
+  m.def("quant_linear_path", &quant_linear_path, "the instruction set quant_linear was built for");
 }
