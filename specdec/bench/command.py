@@ -8,6 +8,8 @@ Methods, side by side in one process (see runner.py for the interleaving):
     hf-generate   transformers `generate` on the same weights
     hf-lookup     transformers assisted generation with prompt lookup
     hf-assisted   transformers assisted generation with `--assistant MODEL` (when given)
+    llama.cpp     llama.cpp's plain decoding of the same GGUF (`--baseline llama.cpp`; needs
+                  llama-cpp-python, an optional extra: pip install -e '.[llamacpp]')
     plain         this project's plain decoding
     SPEC [γ=G]    this project with each `--drafter` at each `--gamma`
 Writes to `--out-dir`: report.md, results.jsonl and three PNG plots; prints a table, then one
@@ -64,6 +66,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="send each prompt twice in a row, as a repeated request (what a drafter that learns from its outputs is for)")
     p.add_argument("--assistant", default=None, help="a draft model for transformers' assisted generation (hf-assisted)")
     p.add_argument("--no-transformers", action="store_true", help="leave out the transformers baselines")
+    p.add_argument("--baseline", action="append", choices=["llama.cpp"], default=[],
+                   help="also run llama.cpp's plain decoding on the same GGUF (needs llama-cpp-python)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--weights", default="auto", help="auto | float32 | bfloat16 | int8 | int4 (default: auto, see specdec generate --help)")
     p.add_argument("--out-dir", type=Path, default=DEFAULT_OUT, help=f"where the report goes (default: {DEFAULT_OUT})")
@@ -111,7 +115,24 @@ def build_methods(args, target, console) -> dict[float, list]:
                 assistant = load_model(args.assistant, device=args.device)
                 theirs.append(TransformersMethod("hf-assisted", model, target.eos_token_ids,
                                                  assistant=load_transformers_model(assistant.folder, args.device)))
+    if "llama.cpp" in args.baseline:
+        theirs.append(_llama_cpp_method(args, target))
     return {t: theirs + ours for t in args.temperature}
+
+
+def _llama_cpp_method(args, target):
+    import torch
+
+    from specdec.bench.methods import LlamaCppMethod
+    from specdec.runtime.loading import resolve_model_source
+
+    gguf_path = resolve_model_source(args.model)[1]
+    if gguf_path is None:
+        raise SpecdecError(f"--baseline llama.cpp runs a GGUF file, and --model {args.model} is not one; "
+                           "pass a .gguf file or a built-in model")
+    if args.device != "cpu":
+        raise SpecdecError("--baseline llama.cpp is measured on the CPU; drop --device or the baseline")
+    return LlamaCppMethod(gguf_path, target.eos_token_ids, threads=torch.get_num_threads())
 
 
 def run(args, console) -> int:
@@ -176,21 +197,26 @@ def run(args, console) -> int:
 def _print_table(summary: dict, console) -> None:
     from rich.table import Table
 
-    from specdec.bench.metrics import HF_GENERATE
+    from specdec.bench.metrics import HF_GENERATE, LLAMA_CPP
 
     for temperature, result in summary.items():
         table = Table(title=f"{result['prompts']} prompts, " + ("greedy" if temperature == "0" else f"T = {temperature}"))
-        has_hf = HF_GENERATE in result["methods"]
-        cols = ["method", "tokens/s"] + (["× hf"] if has_hf else []) + ["× plain", "predicted", "MAT", "α"]
+        has_hf, has_llama = HF_GENERATE in result["methods"], LLAMA_CPP in result["methods"]
+        cols = (["method", "tokens/s"] + (["× hf"] if has_hf else []) + (["× llama.cpp"] if has_llama else [])
+                + ["× plain", "predicted", "MAT", "α"] + (["identical"] if temperature == "0" else []))
         for col in cols:
             table.add_column(col, justify="right")
         for name, m in result["methods"].items():
             cells = [name, f"{m['tokens_per_second']['median']:.2f}"]
             if has_hf:
                 cells.append(f"{m['speedup_vs_hf_generate']:.2f}")
+            if has_llama:
+                cells.append(f"{m['speedup_vs_llama_cpp']:.2f}")
             predicted = m.get("predicted_speedup")
             cells += [f"{m['speedup_vs_plain']:.2f}", f"{predicted:.2f}" if predicted is not None else "-",
                       f"{m['mean_accepted_tokens']:.2f}" if "mean_accepted_tokens" in m else "-",
                       f"{m['acceptance_rate']:.2f}" if "acceptance_rate" in m else "-"]
+            if temperature == "0":
+                cells.append(f"{m['identical']}/{result['prompts']}")
             table.add_row(*cells)
         console.print(table)

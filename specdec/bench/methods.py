@@ -1,8 +1,10 @@
-"""The methods `specdec bench` compares: this project's engines and transformers' own generate.
+"""The methods `specdec bench` compares: this project's engines, transformers' own generate, llama.cpp.
 
 Every method turns prompt ids into new token ids under the same sampling settings; the runner
 times it. Transformers methods run the very same float32 weights (the folder the model was loaded
-or converted from), so differences are the decoding code's, not the model's.
+or converted from), so differences are the decoding code's, not the model's. llama.cpp
+(`--baseline llama.cpp`, through llama-cpp-python) runs the GGUF file itself, with its own
+kernels and numerics, on as many threads as torch uses.
 """
 
 from __future__ import annotations
@@ -75,3 +77,40 @@ def load_transformers_model(folder, device: str = "cpu"):
 
     return AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).to(device).eval()
 
+
+
+LLAMA_CPP = "llama.cpp"
+LLAMA_CPP_INSTALL = ("pip install llama-cpp-python (a source build of about 10 minutes), "
+                     "or pip install -e '.[llamacpp]' in this repository")
+
+
+class LlamaCppMethod:
+    """llama.cpp's plain decoding on a GGUF file: greedy, or sampling with the same temperature,
+    top-k, top-p and seed (its sampler and random numbers are its own, so sampled texts differ)."""
+
+    kind = "llama.cpp"
+
+    def __init__(self, gguf_path, eos_token_ids: list[int], threads: int, context: int = 4096) -> None:
+        try:
+            from llama_cpp import Llama
+        except ImportError:
+            from specdec.errors import SpecdecError
+
+            raise SpecdecError(f"--baseline llama.cpp needs llama-cpp-python: {LLAMA_CPP_INSTALL}") from None
+        self.name = LLAMA_CPP
+        self.eos = set(eos_token_ids)
+        self.llm = Llama(model_path=str(gguf_path), n_threads=threads, n_ctx=context, verbose=False)
+
+    def generate(self, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingParams) -> Output:
+        if sampling.greedy:
+            options = {"temp": 0.0, "top_k": 1}
+        else:
+            self.llm.set_seed(sampling.seed if sampling.seed is not None else 0)
+            options = {"temp": sampling.temperature, "top_k": sampling.top_k or 0, "top_p": sampling.top_p,
+                       "min_p": 0.0, "repeat_penalty": 1.0}
+        out: list[int] = []
+        for token in self.llm.generate(prompt_ids, reset=True, **options):
+            out.append(int(token))
+            if token in self.eos or len(out) >= max_new_tokens:
+                break  # the end-of-sequence token kept, as our engine does
+        return Output(out)

@@ -4,7 +4,7 @@ Definitions (Spec-Bench's where it has one):
     tokens per second   per prompt: the median over repeats of new tokens / generation seconds;
                         per method: the median over prompts, with the 25th and 75th percentiles
     speed-up over X     the mean over prompts of (method's tokens per second / X's), X = this
-                        project's plain decoding or transformers' generate
+                        project's plain decoding, transformers' generate or llama.cpp
     MAT                 new tokens / target passes over all prompts, turns and repeats (prefill included)
     α per position      accepted / drafted at each draft position, pooled (share of rounds that
                         drafted position i and kept it)
@@ -24,6 +24,7 @@ from specdec.stats import GenerationStats
 
 PLAIN = "plain"
 HF_GENERATE = "hf-generate"
+LLAMA_CPP = "llama.cpp"
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:
@@ -52,6 +53,8 @@ def method_summary(rows: list[dict], name: str, costs=None) -> dict:
            "speedup_vs_plain": round(mean_ratio(rows, name, PLAIN), 4)}
     if HF_GENERATE in rows[0]["runs"]:
         out["speedup_vs_hf_generate"] = round(mean_ratio(rows, name, HF_GENERATE), 4)
+    if LLAMA_CPP in rows[0]["runs"]:
+        out["speedup_vs_llama_cpp"] = round(mean_ratio(rows, name, LLAMA_CPP), 4)
     stats = [r["runs"][name].stats for r in rows if r["runs"][name].stats is not None]
     if stats:
         merged = GenerationStats.merge(stats)
@@ -95,6 +98,8 @@ def summarize(rows: list[dict], costs_by_method: dict | None = None) -> dict:
                          "tokens_per_second": [round(median_rate(r["runs"][name]), 3) for r in subset]}  # prompt order
                 if HF_GENERATE in names:
                     entry["speedup_vs_hf_generate"] = round(mean_ratio(subset, name, HF_GENERATE), 4)
+                if LLAMA_CPP in names:
+                    entry["speedup_vs_llama_cpp"] = round(mean_ratio(subset, name, LLAMA_CPP), 4)
                 stats = [r["runs"][name].stats for r in subset if r["runs"][name].stats is not None]
                 if stats:
                     merged = GenerationStats.merge(stats)

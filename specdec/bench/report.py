@@ -13,11 +13,13 @@ import math
 import statistics
 from pathlib import Path
 
-from specdec.bench.metrics import HF_GENERATE, PLAIN
+from specdec.bench.metrics import HF_GENERATE, LLAMA_CPP, PLAIN
 
 PLAIN_OVER_HF_TARGET = 1.3
 AUTO_WITHIN = 0.95
 EAGLE_MAT_TARGET = 3.0
+PLAIN_OVER_LLAMA_CPP_TARGET = 1.0  # issue 14: our plain decoding at least llama.cpp's, same GGUF
+BEST_OVER_LLAMA_CPP_TARGET = 1.5  # issue 14: the best drafter with γ = auto
 
 
 def raw_rows(rows: list[dict]) -> list[dict]:
@@ -62,7 +64,21 @@ def target_notes(summary: dict) -> list[str]:
             verdict = "met" if ratio >= PLAIN_OVER_HF_TARGET else "MISSED"
             notes.append(f"T={temperature}: our plain decoding is {ratio:.2f}× transformers' generate "
                          f"(target ≥ {PLAIN_OVER_HF_TARGET}×): {verdict}")
+        if LLAMA_CPP in methods:
+            ratio = methods[PLAIN]["speedup_vs_llama_cpp"]
+            verdict = "met" if ratio >= PLAIN_OVER_LLAMA_CPP_TARGET else "MISSED"
+            notes.append(f"T={temperature}: our plain decoding is {ratio:.2f}× llama.cpp's on the same GGUF "
+                         f"(target ≥ {PLAIN_OVER_LLAMA_CPP_TARGET}×): {verdict}")
+            drafted = [n for n in methods if n not in (PLAIN, LLAMA_CPP) and not n.startswith("hf-") and " γ=" not in n]
+            if drafted:
+                best = max(drafted, key=lambda n: methods[n]["speedup_vs_llama_cpp"])
+                ratio = methods[best]["speedup_vs_llama_cpp"]
+                verdict = "met" if ratio >= BEST_OVER_LLAMA_CPP_TARGET else "MISSED"
+                notes.append(f"T={temperature}: our best drafter with γ = auto ({best}) is {ratio:.2f}× llama.cpp's "
+                             f"plain decoding (target ≥ {BEST_OVER_LLAMA_CPP_TARGET}×): {verdict}")
         for name in methods:
+            if name == LLAMA_CPP:
+                continue
             if name.endswith(" γ=auto") or (" γ=" not in name and name != PLAIN and not name.startswith("hf-")):
                 spec = name.removesuffix(" γ=auto")  # a bare drafter spec ran with γ = auto
                 fixed = [n for n in methods if n.startswith(spec + " γ=") and n != name]
@@ -97,9 +113,10 @@ def markdown(summary: dict, header: dict) -> str:
     for temperature, result in summary.items():
         mode = "greedy" if temperature == "0" else f"temperature {temperature}"
         methods = result["methods"]
-        has_hf = HF_GENERATE in methods
+        has_hf, has_llama = HF_GENERATE in methods, LLAMA_CPP in methods
         lines += [f"## {mode} ({result['prompts']} prompts)", ""]
         cols = ["method", "tokens/s median [p25, p75]"] + (["× hf-generate"] if has_hf else []) + \
+               (["× llama.cpp"] if has_llama else []) + \
                ["× plain", "predicted × plain", "MAT", "α", "draft / verify share", "peak memory"] + \
                (["identical to plain"] if temperature == "0" else [])
         lines += ["| " + " | ".join(cols) + " |", "| --- " + "| ---: " * (len(cols) - 1) + "|"]
@@ -108,6 +125,8 @@ def markdown(summary: dict, header: dict) -> str:
             cells = [name, f"{tps['median']:.2f} [{tps['p25']:.2f}, {tps['p75']:.2f}]"]
             if has_hf:
                 cells.append(_fmt(m.get("speedup_vs_hf_generate")))
+            if has_llama:
+                cells.append(_fmt(m.get("speedup_vs_llama_cpp")))
             cells += [_fmt(m["speedup_vs_plain"]), _fmt(m.get("predicted_speedup")), _fmt(m.get("mean_accepted_tokens")),
                       _fmt(m.get("acceptance_rate")),
                       f"{m['draft_share']:.2f} / {m['verify_share']:.2f}" if "draft_share" in m else "-",

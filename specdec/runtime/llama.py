@@ -27,6 +27,7 @@ from torch import nn
 from specdec.runtime.config import ModelConfig
 from specdec.runtime.kernels import invariant_kernels
 from specdec.runtime.kv_cache import StaticKVCache
+from specdec.runtime.quant import QuantizedLinear
 
 # Passes up to this many tokens (verification of chains and trees, one-token decoding) use the
 # batch-invariant kernels; longer ones are prompts, shared alike by plain and speculative decoding.
@@ -159,6 +160,7 @@ class LlamaModel(nn.Module):
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.register_buffer("inv_freq", rope_inverse_frequencies(config), persistent=False)
         self.rope_table: torch.Tensor | None = None  # [P, 2, D]: cos and sin of positions [0, P)
+        self._fused_weights: list[torch.Tensor] | None = None  # built on first use (after the weights are set)
 
     def tie_weights(self) -> None:
         if self.config.tie_word_embeddings:
@@ -244,14 +246,37 @@ class LlamaModel(nn.Module):
         if slot_mask is not None:
             mask = self._with_slot_mask(mask, slot_mask, past, seq)
         x = self.embed(input_ids)  # [B, T, hidden]
-        for i, layer in enumerate(self.layers[:exit_layer]):
-            x = layer(x, cos, sin, cache, i, mask, causal, kernels, tree_mask)
+        fused = self._fused_layer_weights() if kernels is not None else None
+        if fused is not None:  # all layers in one call, the same arithmetic as the loop below
+            c = self.config
+            x = kernels.decoder_layers(x, fused, len(self.layers[:exit_layer]), cos[:, 0], sin[:, 0], cache.keys,
+                                       cache.values, past, tree_mask, c.rms_norm_eps, c.num_heads, c.num_kv_heads)
+        else:
+            for i, layer in enumerate(self.layers[:exit_layer]):
+                x = layer(x, cos, sin, cache, i, mask, causal, kernels, tree_mask)
         cache.advance(seq)
         if last_only and not return_hidden:
             x = x[:, -1:]
         hidden = self.norm(x, kernels)  # [B, T, hidden]
         logits = self.lm_head(hidden[:, -1:] if last_only else hidden).float()
         return (logits, hidden) if return_hidden else logits
+
+    def _fused_layer_weights(self) -> list[torch.Tensor] | None:
+        """The layers' weights as `decoder_layers` takes them (7 per layer), when every linear is
+        quantized (the default on a GGUF); else None, and the layers run one by one."""
+        if self._fused_weights is None:
+            weights: list[torch.Tensor] = []
+            for layer in self.layers:
+                linears = (layer.attn.qkv, layer.attn.o, layer.mlp.gate_up, layer.mlp.down)
+                if not all(isinstance(lin, QuantizedLinear) for lin in linears) or any(
+                        lin.bias is not None for lin in linears[1:]):
+                    self._fused_weights = []
+                    return None
+                bias = layer.attn.qkv.bias if layer.attn.qkv.bias is not None else torch.empty(0)
+                weights += [layer.attn_norm.weight.detach(), layer.attn.qkv.packed, bias, layer.attn.o.packed,
+                            layer.mlp_norm.weight.detach(), layer.mlp.gate_up.packed, layer.mlp.down.packed]
+            self._fused_weights = weights
+        return self._fused_weights or None
 
     def _invariant_kernels(self, seq: int, slot_mask: torch.Tensor | None):
         """The batch-invariant kernels for this pass, or None (PyTorch's operators)."""

@@ -21,7 +21,7 @@ import sys
 import warnings
 from pathlib import Path
 
-SOURCES = [Path(__file__).with_name(name) for name in ("invariant.cpp", "quant_gemm.cpp")]
+SOURCES = [Path(__file__).with_name(name) for name in ("invariant.cpp", "quant_gemm.cpp", "layer.cpp")]
 # no fused multiply-add contraction: a vectorised loop and its scalar tail must round alike
 CFLAGS = ["-O3", "-ffp-contract=off", "-fno-math-errno"]
 ISA_FLAGS = {"native": ["-march=native"], "generic": ["-march=x86-64-v3"] if platform.machine() == "x86_64" else []}

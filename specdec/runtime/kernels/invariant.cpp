@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 namespace {
@@ -176,10 +177,24 @@ torch::Tensor attention(torch::Tensor q, torch::Tensor keys, torch::Tensor value
   float* po = out.data_ptr<float>();
   const float scale = 1.f / std::sqrt(static_cast<float>(dim));
   const int64_t slots = past + seq, padded = (slots + kLanes - 1) / kLanes * kLanes;
-  // work items: (batch, KV head, a chunk of new tokens); an item's rows are its G heads x tokens
-  const int64_t chunk = std::min<int64_t>(seq, 8), chunks = (seq + chunk - 1) / chunk;
+  // first the keys, transposed in blocks of 16 (one key per lane), once for all rows:
+  // [B, Hkv, blocks, D, 16], zeros past the last slot
+  const int64_t key_blocks = padded / kLanes;
+  std::unique_ptr<float[]> transposed(new float[batch * kv_heads * key_blocks * dim * kLanes]);
+  at::parallel_for(0, batch * kv_heads * key_blocks, 4, [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t block = item % key_blocks, head = item / key_blocks;  // head: b * Hkv + kvh
+      const int64_t s0 = block * kLanes, width = std::min<int64_t>(kLanes, slots - s0);
+      const float* src = pk + (head * max_len + s0) * dim;
+      float* kt = transposed.get() + item * dim * kLanes;
+      if (width < kLanes) std::fill(kt, kt + dim * kLanes, 0.f);
+      for (int64_t l = 0; l < width; ++l)
+        for (int64_t d = 0; d < dim; ++d) kt[d * kLanes + l] = src[l * dim + d];
+    }
+  });
+  // then the work items: (batch, KV head, a chunk of new tokens); an item's rows are its G heads x tokens
+  const int64_t chunk = std::min<int64_t>(seq, 4), chunks = (seq + chunk - 1) / chunk;
   at::parallel_for(0, batch * kv_heads * chunks, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> transposed(dim * kLanes);  // [D, 16]: a block of 16 keys, one per lane
     std::vector<float> scores, weights;          // [rows, padded] by slot; [rows, slots] by visible slot
     std::vector<int64_t> visible;                // [rows, slots]: each row's visible slots, ascending
     std::vector<int64_t> count;                  // [rows]
@@ -188,18 +203,13 @@ torch::Tensor attention(torch::Tensor q, torch::Tensor keys, torch::Tensor value
     for (int64_t item = begin; item < end; ++item) {
       const int64_t c = item % chunks, kvh = (item / chunks) % kv_heads, b = item / (chunks * kv_heads);
       const int64_t t0 = c * chunk, tokens = std::min(chunk, seq - t0), rows = group * tokens;
-      const float* kbase = pk + (b * kv_heads + kvh) * max_len * dim;
       const float* vbase = pv + (b * kv_heads + kvh) * max_len * dim;
       auto offset = [&](int64_t r) {  // row r = (g, t): query head kvh * G + g, token t0 + t
         return ((b * heads + kvh * group + r / tokens) * seq + t0 + r % tokens) * dim;
       };
       scores.resize(rows * padded);
       for (int64_t s0 = 0; s0 < slots; s0 += kLanes) {
-        const int64_t width = std::min<int64_t>(kLanes, slots - s0);
-        float* kt = transposed.data();
-        if (width < kLanes) std::fill(transposed.begin(), transposed.end(), 0.f);
-        for (int64_t l = 0; l < width; ++l)
-          for (int64_t d = 0; d < dim; ++d) kt[d * kLanes + l] = kbase[(s0 + l) * dim + d];
+        const float* kt = transposed.get() + ((b * kv_heads + kvh) * key_blocks + s0 / kLanes) * dim * kLanes;
         for (int64_t r0 = 0; r0 < rows; r0 += kRowGroup) {  // kRowGroup independent chains in flight
           const float* qr[kRowGroup];
           for (int i = 0; i < kRowGroup; ++i) qr[i] = pq + offset(std::min(r0 + i, rows - 1));
@@ -276,6 +286,10 @@ torch::Tensor attention(torch::Tensor q, torch::Tensor keys, torch::Tensor value
 torch::Tensor quant_linear(torch::Tensor x, torch::Tensor packed);
 torch::Tensor pack_quant_weights(torch::Tensor codes, torch::Tensor scales, c10::optional<torch::Tensor> offsets);
 std::string quant_linear_path();
+// layer.cpp
+torch::Tensor decoder_layers(torch::Tensor x, const std::vector<torch::Tensor>& layer_weights, int64_t num_layers,
+                             torch::Tensor cos, torch::Tensor sin, torch::Tensor keys, torch::Tensor values,
+                             int64_t past, torch::Tensor tree_mask, double eps, int64_t heads, int64_t kv_heads);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rms_norm", &rms_norm, "row-wise RMSNorm in a fixed order");
@@ -285,4 +299,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("pack_quant_weights", &pack_quant_weights, "codes, scales (and 4-bit offsets) into quant_linear's layout",
         py::arg("codes"), py::arg("scales"), py::arg("offsets") = py::none());
   m.def("quant_linear_path", &quant_linear_path, "the instruction set quant_linear was built for");
+  m.def("decoder_layers", &decoder_layers, "the decoder layers of one pass (quantized linears) in one call");
 }
