@@ -177,16 +177,19 @@ def machine_description(device: torch.device) -> dict:
 
 
 def model_description(model) -> dict:
-    """What identifies the model's numbers: its config, the sizes of its weight files and the form
-    its linear layers run in."""
+    """What identifies the model's numbers: its config, the sizes of its weight files, the form its
+    linear layers run in and the build of the CPU kernels (a change to them re-measures)."""
     folder = Path(model.folder)
     config = folder / "config.json"
     digest = hashlib.sha256(config.read_bytes() if config.is_file() else b"")
     for weights in sorted(folder.glob("*.safetensors")):
         digest.update(f"{weights.name}:{weights.stat().st_size}".encode())
+    from specdec.runtime.kernels import kernels_build_id
+
     net = model.net
     return {"model": model.name, "config_sha256": digest.hexdigest()[:16], "dtype": str(net.dtype),
-            "runtime": type(net).__name__, "weights": model.weights.summary() if model.weights else "as stored"}
+            "runtime": type(net).__name__, "weights": model.weights.summary() if model.weights else "as stored",
+            "kernels": kernels_build_id() if net.device.type == "cpu" else "none"}
 
 
 def cost_key(model) -> tuple[str, dict]:

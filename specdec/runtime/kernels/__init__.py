@@ -36,6 +36,17 @@ def kernel_isa() -> str:
     return isa
 
 
+def build_name(isa: str) -> str:
+    """The build's name: the instruction set and a digest of the sources, flags and CPU."""
+    key = b"".join(source.read_bytes() for source in SOURCES) + " ".join(CFLAGS + ISA_FLAGS[isa]).encode() + (_cpu_flags() if isa == "native" else b"")
+    return f"specdec_invariant_{isa}_{hashlib.sha256(key).hexdigest()[:12]}"
+
+
+def kernels_build_id() -> str:
+    """What the timings of a pass depend on: the kernels' build name, or "off" when they are not used."""
+    return build_name(kernel_isa()) if invariant_kernels() is not None else "off"
+
+
 @functools.cache
 def _load(isa: str):
     import torch
@@ -43,9 +54,7 @@ def _load(isa: str):
 
     from specdec.runtime.gguf_convert import cache_root
 
-    key = b"".join(source.read_bytes() for source in SOURCES) + " ".join(CFLAGS + ISA_FLAGS[isa]).encode() + (_cpu_flags() if isa == "native" else b"")
-    digest = hashlib.sha256(key).hexdigest()[:12]
-    name = f"specdec_invariant_{isa}_{digest}"
+    name = build_name(isa)
     build = cache_root() / "kernels" / f"torch-{torch.__version__}-{platform.machine()}" / name
     build.mkdir(parents=True, exist_ok=True)
     if not any(build.glob(f"{name}*.so")):
