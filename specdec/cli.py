@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from specdec.errors import SpecdecError
@@ -43,7 +44,14 @@ def _target_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weights", default="auto",
                    help="auto | float32 | bfloat16 | int8 | int4: the linear layers' form (default: auto, a GGUF's "
                         "Q4_0/Q4_1/Q8_0 blocks as stored on the CPU, int4/int8 kernels; a float checkpoint stays float)")
+    no_compile_arg(p)
     p.add_argument("--max-gamma", type=int, default=8, help="the largest γ the adaptive policy tries (default: 8)")
+
+
+def no_compile_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-compile", action="store_true",
+                   help="neither build nor use specdec's C++ CPU kernels (built once per machine, about a minute): "
+                        "float32 weights and PyTorch's operators, which are slower and not batch-invariant")
 
 
 def _model_args(p: argparse.ArgumentParser) -> None:
@@ -377,6 +385,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         args.argv = list(sys.argv[1:] if argv is None else argv)
+        if getattr(args, "no_compile", False):
+            os.environ["SPECDEC_KERNELS"] = "off"  # read by runtime/kernels when the kernels are first asked for
         return COMMANDS[args.command](args, console)
     except UsageError as err:
         errors.print(f"specdec: error: {err}  (see specdec --help)", markup=False, highlight=False)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import torch
 
+from specdec.sampling import sample
 from specdec.tree import TokenTree
 
 
@@ -75,7 +76,7 @@ def speculative_sample(
     mass = residual.sum(-1, keepdim=True)  # [B, 1]
     # A rejection implies p != q, so mass > 0; the guard only catches float round-off.
     residual = torch.where(mass > 0, residual / mass.clamp(min=1e-30), p_next)
-    next_token = torch.multinomial(residual, 1, generator=generator).squeeze(1)  # [B]
+    next_token = sample(residual, generator)  # [B]
     if details is not None:
         details.update(uniforms=uniforms, residual=residual)
     return num_accepted, next_token
@@ -89,7 +90,7 @@ def speculative_sample_reference(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The same rule as `speculative_sample`, one row and one position at a time.
 
-    It consumes the generator in the same order (all uniforms first, then one multinomial call over
+    It consumes the generator in the same order (all uniforms first, then one `sample` call over
     the stacked residuals) so that, seeded alike, both return identical tensors.
     """
     batch, gamma = draft_tokens.shape
@@ -112,7 +113,7 @@ def speculative_sample_reference(
             break
         counts.append(n)
         residuals.append(residual)
-    next_token = torch.multinomial(torch.stack(residuals), 1, generator=generator).squeeze(1)
+    next_token = sample(torch.stack(residuals), generator)
     return torch.tensor(counts, device=p.device), next_token
 
 
@@ -200,7 +201,7 @@ def tree_sample(tree: TokenTree,
         at = torch.where(moved, target, at)
         if not bool(alive.any()):
             break
-    return accepted, torch.multinomial(final, 1, generator=generator).squeeze(1)
+    return accepted, sample(final, generator)
 
 
 def tree_sample_reference(tree: TokenTree, p: torch.Tensor,
@@ -231,6 +232,6 @@ def tree_sample_reference(tree: TokenTree, p: torch.Tensor,
             path.append(chosen - 1)
             at = chosen
         paths.append(path + [-1] * (max(1, max_depth) - len(path)))
-    next_token = torch.multinomial(torch.stack(finals), 1, generator=generator).squeeze(1)
+    next_token = sample(torch.stack(finals), generator)
     return torch.tensor(paths, device=p.device), next_token
 

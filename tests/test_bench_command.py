@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 import torch
@@ -233,3 +234,25 @@ def test_assisted_baseline_and_repeated_requests(tmp_path, tiny_folder, tiny_dra
     assert all(m["identical"] == 2 for m in greedy["methods"].values())
     ids = [json.loads(line)["id"] for line in (out / "results.jsonl").read_text().splitlines()]
     assert ids == ["1", "1 (again)"]
+
+
+def test_llama_cpp_targets_are_reported():
+    summary = {"0": {"methods": {"plain": {"speedup_vs_llama_cpp": 1.4}, "llama.cpp": {"speedup_vs_llama_cpp": 1.0},
+                                 "ngram": {"speedup_vs_llama_cpp": 1.45}, "suffix": {"speedup_vs_llama_cpp": 1.2}},
+                     "by_category": {}}}
+    notes = target_notes(summary)
+    assert any("our plain decoding is 1.40× llama.cpp's on the same GGUF (target ≥ 1.0×): met" in n for n in notes)
+    assert any("best drafter with γ = auto (ngram) is 1.45× llama.cpp's plain decoding (target ≥ 1.5×): MISSED" in n
+               for n in notes)
+
+
+def test_llama_cpp_baseline_needs_its_package_and_a_gguf(tmp_path, tiny_folder, capsys, monkeypatch):
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("t1 t2\n")
+    argv = ["bench", "--prompts", str(prompts), "--no-transformers", "--baseline", "llama.cpp",
+            "--out-dir", str(tmp_path / "out")]
+    assert main([*argv, "--model", str(tiny_folder)]) == 1
+    assert "runs a GGUF file" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # as if llama-cpp-python were not installed
+    assert main(argv) == 1
+    assert "needs llama-cpp-python: pip install llama-cpp-python" in capsys.readouterr().err

@@ -1,7 +1,7 @@
 """Quantized weights run as stored, and batch invariance: greedy speculation exact by construction.
 
 - GGUF blocks: the 4-bit and 8-bit codes read from the default model's Q4_1 and Q8_0 tensors give
-  gguf's own dequantization bit for bit; a wrong offset (m + 8d, the zero point of codes centred
+  gguf's own dequantization bit for bit (query rows un-permuted into the Hugging Face order); a wrong offset (m + 8d, the zero point of codes centred
   on 8, instead of Q4_1's m) does not.
 - Layers: the kernel's packed layout gives back the codes, scales and offsets exactly; on random
   rows each output equals the stated recipe (rows quantized to 8 bits per block of 32, exact
@@ -34,7 +34,8 @@ import torch
 
 from specdec.runtime import load_model
 from specdec.runtime.loading import builtin_gguf_path
-from specdec.runtime.quant import GROUP, Int4Codes, QuantizedLinear, gguf_blocks, unpack_codes
+from specdec.runtime.weight_formats import _gguf_source
+from specdec.runtime.quant import GROUP, Int4Codes, QuantizedLinear, unpack_codes
 from specdec.tree import TokenTree, tree_inputs
 
 pytestmark = pytest.mark.model
@@ -43,16 +44,18 @@ MAX_K = 17
 
 
 @pytest.fixture(scope="module")
-def gguf_tensors():
-    import gguf
-
-    reader = gguf.GGUFReader(str(builtin_gguf_path("smollm2-135m")))
-    return {t.name: t for t in reader.tensors}
+def gguf_source():
+    return _gguf_source(builtin_gguf_path("smollm2-135m"))
 
 
-def _codes(tensor):
-    cols, rows = (int(n) for n in tensor.shape)
-    return gguf_blocks(tensor.tensor_type.name, tensor.data, rows, cols)
+@pytest.fixture(scope="module")
+def gguf_tensors(gguf_source):
+    return gguf_source.tensors
+
+
+@pytest.fixture(scope="module")
+def codes_of(gguf_source):
+    return lambda name: gguf_source.codes(gguf_source.tensors[name])  # rows in the Hugging Face layout
 
 
 def _dequantized(tensor) -> torch.Tensor:
@@ -61,16 +64,26 @@ def _dequantized(tensor) -> torch.Tensor:
     return torch.from_numpy(gguf.quants.dequantize(tensor.data, tensor.tensor_type).astype(np.float32))
 
 
-@pytest.mark.parametrize("name", ["blk.3.ffn_down.weight", "blk.0.attn_q.weight", "token_embd.weight"])
-def test_gguf_codes_reproduce_the_dequantized_weights(gguf_tensors, name):
+@pytest.mark.parametrize("name", ["blk.3.ffn_down.weight", "blk.0.attn_v.weight", "token_embd.weight"])
+def test_gguf_codes_reproduce_the_dequantized_weights(gguf_tensors, codes_of, name):
     tensor = gguf_tensors[name]
     assert tensor.tensor_type.name in ("Q4_1", "Q8_0")
-    assert torch.equal(_codes(tensor).dequantize(), _dequantized(tensor))
+    assert torch.equal(codes_of(name).dequantize(), _dequantized(tensor))
 
 
-def test_a_wrong_offset_is_caught(gguf_tensors):
+def test_query_rows_come_back_in_the_hugging_face_order(gguf_source, gguf_tensors, codes_of):
+    """GGUF stores Q's rows permuted for its RoPE layout; the codes are the dequantized rows un-permuted."""
+    from specdec.runtime.gguf_convert import unpermute_qk
+
+    rows = _dequantized(gguf_tensors["blk.0.attn_q.weight"])
+    order = unpermute_qk(np.arange(rows.shape[0]), gguf_source.heads)
+    assert torch.equal(codes_of("blk.0.attn_q.weight").dequantize(), rows[order])
+    assert not torch.equal(codes_of("blk.0.attn_q.weight").dequantize(), rows)
+
+
+def test_a_wrong_offset_is_caught(gguf_tensors, codes_of):
     tensor = gguf_tensors["blk.3.ffn_down.weight"]
-    codes = _codes(tensor)
+    codes = codes_of("blk.3.ffn_down.weight")
     codes.offsets = codes.offsets + 8 * codes.scales  # the zero point of codes centred on 8, not Q4_1's m
     assert not torch.equal(codes.dequantize(), _dequantized(tensor))
 
@@ -89,8 +102,8 @@ def recipe(x: torch.Tensor, codes) -> tuple[torch.Tensor, torch.Tensor, torch.Te
 
 
 @pytest.mark.parametrize("name", ["blk.3.ffn_down.weight", "token_embd.weight"])
-def test_quantized_layer_follows_its_recipe(gguf_tensors, name):
-    codes = _codes(gguf_tensors[name])
+def test_quantized_layer_follows_its_recipe(codes_of, name):
+    codes = codes_of(name)
     if name == "token_embd.weight":
         codes = codes.rows(np.arange(2048))
     layer = QuantizedLinear(codes)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
+from stat_helpers import ALPHA, gof_pvalue
 
 from specdec.errors import ConfigError
-from specdec.sampling import SamplingParams, logits_to_probs
+from specdec.sampling import SamplingParams, logits_to_probs, sample
 
 
 def transformers_probs(logits, temperature, top_k, top_p):
@@ -65,3 +67,46 @@ def test_seeded_generators_repeat():
     a = torch.rand(5, generator=SamplingParams(temperature=1, seed=11).generator())
     b = torch.rand(5, generator=SamplingParams(temperature=1, seed=11).generator())
     assert torch.equal(a, b)
+
+
+DRAWS = 200_000  # per goodness-of-fit test below; each fails a correct sampler with probability ALPHA
+
+
+def _weights() -> torch.Tensor:
+    """Unnormalised weights over 40 tokens: some zero (never to be drawn), a wide spread of sizes."""
+    weights = torch.rand(40, generator=torch.Generator().manual_seed(3)) ** 3
+    weights[[0, 7, 8, 39]] = 0.0
+    return weights * 5.0
+
+
+def _draw_counts(draw) -> np.ndarray:
+    weights = _weights()
+    generator = torch.Generator().manual_seed(0)
+    tokens = torch.cat([draw(weights.expand(10_000, -1), generator) for _ in range(DRAWS // 10_000)])
+    return np.bincount(tokens.numpy(), minlength=weights.numel())
+
+
+def test_sample_draws_the_normalised_weights():
+    weights = _weights()
+    counts = _draw_counts(sample)
+    assert counts[weights.numpy() == 0].sum() == 0
+    assert gof_pvalue(counts, (weights / weights.sum()).numpy()) > ALPHA
+
+
+def test_negative_control_an_off_by_one_interval_fails():
+    """Intervals (cdf[i-1], cdf[i]] instead of [cdf[i-1], cdf[i]) would still be right; shifting the
+    draw to the next token is not, and the same test must catch it."""
+    def shifted(probs, generator):
+        return (sample(probs, generator) + 1) % probs.shape[-1]
+
+    assert gof_pvalue(_draw_counts(shifted), (_weights() / _weights().sum()).numpy()) < ALPHA
+
+
+def test_the_largest_uniform_draws_the_last_token_with_weight(monkeypatch):
+    """u = 1 − 2^-53, the largest float64 below 1: u * total stays below the total, so the draw is
+    the last token with weight, never a trailing zero (nor an index past the vocabulary)."""
+    probs = torch.tensor([[0.2, 0.3, 0.25, 0.0, 0.0], [0.1, 0.0, 0.0, 0.0, 0.65], [0.0, 3.0, 0.0, 0.0, 0.0]])
+    monkeypatch.setattr(torch, "rand", lambda *a, **k: torch.full((3, 1), 1 - 2.0**-53, dtype=torch.float64))
+    assert sample(probs, torch.Generator()).tolist() == [2, 4, 1]
+    monkeypatch.setattr(torch, "rand", lambda *a, **k: torch.zeros(3, 1, dtype=torch.float64))
+    assert sample(probs, torch.Generator()).tolist() == [0, 0, 1]  # u = 0: the first token with weight

@@ -70,6 +70,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also run llama.cpp's plain decoding on the same GGUF (needs llama-cpp-python)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--weights", default="auto", help="auto | float32 | bfloat16 | int8 | int4 (default: auto, see specdec generate --help)")
+    from specdec.cli import no_compile_arg
+
+    no_compile_arg(p)
     p.add_argument("--out-dir", type=Path, default=DEFAULT_OUT, help=f"where the report goes (default: {DEFAULT_OUT})")
 
 
@@ -80,6 +83,8 @@ def _check(args) -> None:
         raise SpecdecError(f"--repeats must be >= 1, got {args.repeats}")
     if args.per_category is not None and args.per_category < 1:
         raise SpecdecError(f"--per-category must be >= 1, got {args.per_category}")
+    if "llama.cpp" in args.baseline:
+        _llama_cpp_gguf(args)
 
 
 def build_methods(args, target, console) -> dict[float, list]:
@@ -124,6 +129,15 @@ def _llama_cpp_method(args, target):
     import torch
 
     from specdec.bench.methods import LlamaCppMethod
+
+    return LlamaCppMethod(_llama_cpp_gguf(args), target.eos_token_ids, threads=torch.get_num_threads())
+
+
+def _llama_cpp_gguf(args):
+    """The GGUF file llama.cpp will run; a clear error, before anything is loaded, when it cannot."""
+    import importlib.util
+
+    from specdec.bench.methods import LLAMA_CPP_INSTALL
     from specdec.runtime.loading import resolve_model_source
 
     gguf_path = resolve_model_source(args.model)[1]
@@ -132,7 +146,9 @@ def _llama_cpp_method(args, target):
                            "pass a .gguf file or a built-in model")
     if args.device != "cpu":
         raise SpecdecError("--baseline llama.cpp is measured on the CPU; drop --device or the baseline")
-    return LlamaCppMethod(gguf_path, target.eos_token_ids, threads=torch.get_num_threads())
+    if importlib.util.find_spec("llama_cpp") is None:
+        raise SpecdecError(f"--baseline llama.cpp needs llama-cpp-python: {LLAMA_CPP_INSTALL}")
+    return gguf_path
 
 
 def run(args, console) -> int:

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from specdec.errors import ConfigError
+from specdec.runtime.kernels import kernels_switched_off
 from specdec.runtime.packed_linear import pack_linears
 from specdec.runtime.quant import (
     EXACT_GGUF_TYPES,
@@ -87,6 +88,9 @@ def check_weights(weights: str, device: torch.device, dtype: torch.dtype) -> Non
         if dtype != torch.float32:
             raise ConfigError(f"--weights {weights} computes in float32; drop --dtype or use --weights bfloat16")
         if not quantized_kernels_available():
+            if kernels_switched_off():
+                raise ConfigError(f"--weights {weights} needs specdec's compiled CPU kernels, which are switched off "
+                                  "(--no-compile or SPECDEC_KERNELS=off); drop that, or use --weights float32")
             raise ConfigError(f"--weights {weights} needs specdec's compiled CPU kernels, which could not be built "
                               "here (see the warning above); install g++ and ninja, or use --weights float32")
 

@@ -1,14 +1,19 @@
-"""Batch-invariant CPU kernels (RMSNorm, SiLU·up, attention over the static cache), compiled once.
+"""specdec's C++ CPU kernels, compiled once per machine.
 
-`invariant.cpp` computes every output row by one fixed scalar recipe, so a row of a k-token pass
-equals a one-token pass at the same position bit for bit (see the file's header). It is compiled
-with the machine's compiler the first time it is needed (about a minute; announced on stderr) and
-cached under the specdec cache folder, keyed by torch's version, the instruction set and the
-source. `SPECDEC_KERNEL_ISA=generic` builds for plain x86-64 with AVX2 instead of this CPU's own
-instructions (tests use it to check the generic path); `SPECDEC_KERNELS=off` disables the kernels.
+- `invariant.cpp`: RMSNorm, SiLU·up and attention over the static cache, every row by one fixed
+  recipe, so a row of a k-token pass equals a one-token pass at the same position bit for bit;
+- `quant_gemm.cpp`: linear layers on 4- and 8-bit weights with 8-bit rows, a weight tile
+  unpacked once for all rows (flat verification), row-invariant too;
+- `layer.cpp`: all decoder layers of a pass in one call.
 
-Without a compiler the runtime falls back to PyTorch's own operators, which are fast but not
-batch-invariant (`invariant_kernels()` returns None and says why once).
+They are compiled with the machine's compiler the first time they are needed (about a minute;
+announced on stderr) and cached under the specdec cache folder, keyed by torch's version, the
+instruction set and the sources. `SPECDEC_KERNEL_ISA=generic` builds for plain x86-64 with AVX2
+instead of this CPU's own instructions (tests use it to check the generic path);
+`SPECDEC_KERNELS=off` (the command line's `--no-compile`) disables the kernels.
+
+Without a compiler the runtime falls back to PyTorch's own operators and float32 weights, which
+are slower and not batch-invariant (`invariant_kernels()` returns None and says why once).
 """
 
 from __future__ import annotations
@@ -75,9 +80,13 @@ def _cpu_flags() -> bytes:
     return next((line for line in text.splitlines() if line.startswith("flags")), "").encode()
 
 
+def kernels_switched_off() -> bool:
+    return os.environ.get("SPECDEC_KERNELS", "on") == "off"
+
+
 def invariant_kernels():
-    """The compiled kernels module, or None when they are disabled or cannot be built here."""
-    if os.environ.get("SPECDEC_KERNELS", "on") == "off":
+    """The compiled kernels module, or None when they are switched off or cannot be built here."""
+    if kernels_switched_off():
         return None
     isa = kernel_isa()
     try:
@@ -90,8 +99,9 @@ def invariant_kernels():
 @functools.cache
 def _warn_once(reason: str) -> None:
     warnings.warn(
-        "specdec: the batch-invariant CPU kernels could not be built (" + reason + "); using PyTorch's "
-        "operators, which are not batch-invariant (greedy speculation may then differ from plain "
-        "decoding at near-ties). Install a C++ compiler (g++) and ninja to restore them.",
+        "specdec: the C++ CPU kernels could not be built (" + reason + "); using float32 weights and "
+        "PyTorch's operators, which are several times slower and not batch-invariant (greedy speculation "
+        "may then differ from plain decoding at near-ties). Install a C++ compiler (g++) and ninja to "
+        "restore them.",
         RuntimeWarning, stacklevel=3,
     )
