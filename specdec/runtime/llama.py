@@ -246,14 +246,15 @@ class LlamaModel(nn.Module):
         if slot_mask is not None:
             mask = self._with_slot_mask(mask, slot_mask, past, seq)
         x = self.embed(input_ids)  # [B, T, hidden]
+        depth = len(self.layers) if exit_layer is None else min(exit_layer, len(self.layers))
         fused = self._fused_layer_weights() if kernels is not None else None
         if fused is not None:  # all layers in one call, the same arithmetic as the loop below
             c = self.config
-            x = kernels.decoder_layers(x, fused, len(self.layers[:exit_layer]), cos[:, 0], sin[:, 0], cache.keys,
+            x = kernels.decoder_layers(x, fused, depth, cos[:, 0], sin[:, 0], cache.keys,
                                        cache.values, past, tree_mask, c.rms_norm_eps, c.num_heads, c.num_kv_heads)
         else:
-            for i, layer in enumerate(self.layers[:exit_layer]):
-                x = layer(x, cos, sin, cache, i, mask, causal, kernels, tree_mask)
+            for i in range(depth):  # (slicing the ModuleList would build a new one per pass)
+                x = self.layers[i](x, cos, sin, cache, i, mask, causal, kernels, tree_mask)
         cache.advance(seq)
         if last_only and not return_hidden:
             x = x[:, -1:]
