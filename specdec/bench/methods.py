@@ -86,7 +86,8 @@ LLAMA_CPP_INSTALL = ("pip install llama-cpp-python (a source build of about 10 m
 
 class LlamaCppMethod:
     """llama.cpp's plain decoding on a GGUF file: greedy, or sampling with the same temperature,
-    top-k, top-p and seed (its sampler and random numbers are its own, so sampled texts differ)."""
+    top-k, top-p and seed (its sampler and random numbers are its own, so sampled texts differ).
+    Every call starts from an empty cache, as ours do: no prompt prefix is reused between calls."""
 
     kind = "llama.cpp"
 
@@ -108,6 +109,7 @@ class LlamaCppMethod:
             self.llm.set_seed(sampling.seed if sampling.seed is not None else 0)
             options = {"temp": sampling.temperature, "top_k": sampling.top_k or 0, "top_p": sampling.top_p,
                        "min_p": 0.0, "repeat_penalty": 1.0}
+        self.llm.reset()  # else llama-cpp-python reuses the cache of a previous call's common prefix
         out: list[int] = []
         for token in self.llm.generate(prompt_ids, reset=True, **options):
             out.append(int(token))
