@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -74,6 +75,37 @@ inline Vec fixed_exp(Vec x) {
   p = p * (r * r) + r + 1.0f;
   const IVec bits = (__builtin_convertvector(n, IVec) + 127) << 23;
   return p * reinterpret_cast<const Vec&>(bits);
+}
+
+// 16 x 16 floats transposed in registers: four rounds, each swapping the off-diagonal blocks of
+// size h (8, 4, 2, 1) between rows i and i + h.
+template <int H, bool High>
+constexpr int swap_lane(int c) {  // where lane c of row i (or, High, of row i + H) comes from in (a, b)
+  return (c & H) == 0 ? (High ? c + H : c) : (High ? kLanes + c : kLanes + c - H);
+}
+
+template <int H, bool High, std::size_t... C>
+constexpr IVec swap_mask(std::index_sequence<C...>) {
+  return IVec{swap_lane<H, High>(static_cast<int>(C))...};
+}
+
+template <int H>
+inline void transpose_round(Vec (&m)[kLanes]) {
+  constexpr IVec low = swap_mask<H, false>(std::make_index_sequence<kLanes>{});
+  constexpr IVec high = swap_mask<H, true>(std::make_index_sequence<kLanes>{});
+  for (int i = 0; i < kLanes; ++i)
+    if ((i & H) == 0) {
+      const Vec a = m[i], b = m[i + H];
+      m[i] = __builtin_shuffle(a, b, low);
+      m[i + H] = __builtin_shuffle(a, b, high);
+    }
+}
+
+inline void transpose(Vec (&m)[kLanes]) {
+  transpose_round<8>(m);
+  transpose_round<4>(m);
+  transpose_round<2>(m);
+  transpose_round<1>(m);
 }
 
 constexpr int kRowGroup = 4;  // attention rows processed together
@@ -153,7 +185,8 @@ torch::Tensor silu_mul(torch::Tensor gate_up) {
 //
 // The recipe of row (b, h, t), whatever T, the tree or which other rows share the call:
 // - score of slot s: sum over d = 0 .. D-1, in order from 0, of q[d] * k[d] (a multiply, then an
-//   add), times 1/sqrt(D) — computed for 16 slots at once, one slot per lane;
+//   add), times 1/sqrt(D) — computed for 16 slots at once, one slot per lane (the keys of the call
+//   transposed once, 16 by 16 in registers);
 // - over its visible slots in ascending order: the max, e = exp(score - max), a sequential sum,
 //   and out = sum of e * value (a multiply and an add per element, slots in order), times 1/sum.
 // So a row depends only on the keys and values it sees, not on their slot numbers or neighbours.
@@ -187,9 +220,18 @@ torch::Tensor attention(torch::Tensor q, torch::Tensor keys, torch::Tensor value
       const int64_t s0 = block * kLanes, width = std::min<int64_t>(kLanes, slots - s0);
       const float* src = pk + (head * max_len + s0) * dim;
       float* kt = transposed.get() + item * dim * kLanes;
-      if (width < kLanes) std::fill(kt, kt + dim * kLanes, 0.f);
-      for (int64_t l = 0; l < width; ++l)
-        for (int64_t d = 0; d < dim; ++d) kt[d * kLanes + l] = src[l * dim + d];
+      if (dim % kLanes == 0) {
+        for (int64_t d0 = 0; d0 < dim; d0 += kLanes) {
+          Vec tile[kLanes];
+          for (int64_t l = 0; l < kLanes; ++l) tile[l] = l < width ? load(src + l * dim + d0) : Vec{};
+          transpose(tile);
+          for (int64_t j = 0; j < kLanes; ++j) store(kt + (d0 + j) * kLanes, tile[j]);
+        }
+      } else {
+        if (width < kLanes) std::fill(kt, kt + dim * kLanes, 0.f);
+        for (int64_t l = 0; l < width; ++l)
+          for (int64_t d = 0; d < dim; ++d) kt[d * kLanes + l] = src[l * dim + d];
+      }
     }
   });
   // then the work items: (batch, KV head, a chunk of new tokens); an item's rows are its G heads x tokens
