@@ -41,6 +41,15 @@ inline void store(float* p, Vec v, int64_t n) {
   for (int64_t l = 0; l < n; ++l) p[l] = v[l];
 }
 
+// The sum of a vector's lanes, folded pairwise in a fixed order (8, 4, 2, 1).
+inline float fold(Vec v) {
+  float lanes[kLanes];
+  store(lanes, v);
+  for (int width = kLanes / 2; width >= 1; width /= 2)
+    for (int l = 0; l < width; ++l) lanes[l] += lanes[l + width];
+  return lanes[0];
+}
+
 // sum_d a[d] * b[d] in a fixed order: lane l accumulates d = l (mod 16), then lanes are folded
 // pairwise (8, 4, 2, 1).
 inline float lane_dot(const float* a, const float* b, int64_t n) {
@@ -49,11 +58,7 @@ inline float lane_dot(const float* a, const float* b, int64_t n) {
     const int64_t width = std::min<int64_t>(kLanes, n - d);
     acc = acc + load(a + d, width) * load(b + d, width);
   }
-  float lanes[kLanes];
-  store(lanes, acc);
-  for (int width = kLanes / 2; width >= 1; width /= 2)
-    for (int l = 0; l < width; ++l) lanes[l] += lanes[l + width];
-  return lanes[0];
+  return fold(acc);
 }
 
 // e^x per lane from +, *, an exact floor and an exponent written into the bits (Cephes' expf
@@ -187,8 +192,10 @@ torch::Tensor silu_mul(torch::Tensor gate_up) {
 // - score of slot s: sum over d = 0 .. D-1, in order from 0, of q[d] * k[d] (a multiply, then an
 //   add), times 1/sqrt(D) — computed for 16 slots at once, one slot per lane (the keys of the call
 //   transposed once, 16 by 16 in registers);
-// - over its visible slots in ascending order: the max, e = exp(score - max), a sequential sum,
-//   and out = sum of e * value (a multiply and an add per element, slots in order), times 1/sum.
+// - over its visible slots in ascending order: the max, e = exp(score - max), their sum (lane l of
+//   a vector adds the l-th, (l+16)-th, ... visible slot's e in order, then the lanes are folded
+//   pairwise), and out = sum of e * value (a multiply and an add per element, slots in order),
+//   times 1/sum.
 // So a row depends only on the keys and values it sees, not on their slot numbers or neighbours.
 // The rows of one KV head (G = H / Hkv query heads times the tokens of a chunk) are scored and
 // weighted together, so each key and value is read once per chunk.
@@ -242,6 +249,7 @@ torch::Tensor attention(torch::Tensor q, torch::Tensor keys, torch::Tensor value
     std::vector<int64_t> count;                  // [rows]
     std::vector<float> totals;                   // [rows]
     std::vector<float> scratch(kRowGroup * dim);  // outputs of padding rows, discarded
+    std::vector<float> queries;                   // [rows + kRowGroup, D]
     for (int64_t item = begin; item < end; ++item) {
       const int64_t c = item % chunks, kvh = (item / chunks) % kv_heads, b = item / (chunks * kv_heads);
       const int64_t t0 = c * chunk, tokens = std::min(chunk, seq - t0), rows = group * tokens;
@@ -250,15 +258,16 @@ torch::Tensor attention(torch::Tensor q, torch::Tensor keys, torch::Tensor value
         return ((b * heads + kvh * group + r / tokens) * seq + t0 + r % tokens) * dim;
       };
       scores.resize(rows * padded);
+      queries.assign((rows + kRowGroup) * dim, 0.f);  // the item's query rows, contiguous
+      for (int64_t r = 0; r < rows; ++r) std::memcpy(queries.data() + r * dim, pq + offset(r), dim * sizeof(float));
       for (int64_t s0 = 0; s0 < slots; s0 += kLanes) {
         const float* kt = transposed.get() + ((b * kv_heads + kvh) * key_blocks + s0 / kLanes) * dim * kLanes;
         for (int64_t r0 = 0; r0 < rows; r0 += kRowGroup) {  // kRowGroup independent chains in flight
-          const float* qr[kRowGroup];
-          for (int i = 0; i < kRowGroup; ++i) qr[i] = pq + offset(std::min(r0 + i, rows - 1));
+          const float* qg = queries.data() + r0 * dim;  // [kRowGroup, D], rows past the last padded
           Vec acc[kRowGroup] = {};
           for (int64_t d = 0; d < dim; ++d) {
             const Vec kd = load(kt + d * kLanes);
-            for (int i = 0; i < kRowGroup; ++i) acc[i] = acc[i] + qr[i][d] * kd;
+            for (int i = 0; i < kRowGroup; ++i) acc[i] = acc[i] + qg[i * dim + d] * kd;
           }
           for (int i = 0; i < kRowGroup && r0 + i < rows; ++i) store(scores.data() + (r0 + i) * padded + s0, acc[i] * scale);
         }
@@ -277,16 +286,25 @@ torch::Tensor attention(torch::Tensor q, torch::Tensor keys, torch::Tensor value
         count[r] = n;
         const float* sr = scores.data() + r * padded;
         float* e = weights.data() + r * slots;
-        float top = -INFINITY;
-        for (int64_t i = 0; i < n; ++i) top = std::max(top, sr[vis[i]]);
-        for (int64_t i = 0; i < n; ++i) e[i] = sr[vis[i]] - top;
+        float top = -INFINITY;  // the max is exact in any order: the cached slots a vector at a time
+        Vec top_lanes = splat(-INFINITY);
+        int64_t s = 0;
+        for (; s + kLanes <= past; s += kLanes) {
+          const Vec v = load(sr + s);
+          top_lanes = v > top_lanes ? v : top_lanes;
+        }
+        for (int l = 0; l < kLanes; ++l) top = std::max(top, top_lanes[l]);
+        for (int64_t i = s; i < n; ++i) top = std::max(top, sr[vis[i]]);
+        for (int64_t i = 0; i < past; ++i) e[i] = sr[i] - top;
+        for (int64_t i = past; i < n; ++i) e[i] = sr[vis[i]] - top;
+        Vec sum = {};  // lane l sums the weights of visible slots l, l + 16, ... in order; then a fixed fold
         for (int64_t i = 0; i < n; i += kLanes) {
           const int64_t width = std::min<int64_t>(kLanes, n - i);
-          store(e + i, fixed_exp(load(e + i, width)), width);
+          const Vec w = fixed_exp(load(e + i, width));
+          store(e + i, w, width);
+          sum = sum + (width == kLanes ? w : load(e + i, width));
         }
-        float total = 0.f;
-        for (int64_t i = 0; i < n; ++i) total += e[i];
-        totals[r] = total;
+        totals[r] = fold(sum);
         std::memset(po + offset(r), 0, dim * sizeof(float));
       }
       auto accumulate = [&](float* orow, float p, const float* vrow) {  // orow += p * vrow
