@@ -37,7 +37,8 @@ def gamma_arg(text: str) -> int | str:
 def _target_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="smollm2-135m", help="built-in name, Hugging Face folder or .gguf file (default: smollm2-135m)")
     p.add_argument("--drafter", default="ngram",
-                   help="none | ngram[:N] | draft:MODEL | early:L | suffix[:CORPUS] | eagle[:PATH] | auto[:A,B,...] (default: ngram)")
+                   help="none | ngram[:N] | draft:MODEL | early:L | suffix[:CORPUS] | eagle[:HEAD] | eagle-tree[:HEAD] | "
+                        "medusa[:HEAD] | auto[:A,B,...] (default: ngram)")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default: cpu)")
     p.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16 (default: float32)")
     p.add_argument("--runtime", default="lean", help="lean | transformers (default: lean)")
@@ -263,6 +264,9 @@ def cmd_generate(args, console) -> int:
 def cmd_chat(args, console) -> int:
     config = _configs(args)
     target, drafter, engine = _load(args, console)
+    if not target.tokenizer.chat_template:
+        raise SpecdecError(f"specdec chat needs a model with a chat template, and {args.model} has none; "
+                           "for plain text use `specdec generate --raw PROMPT`")
     _prepare(engine, config, console)
     system = [{"role": "system", "content": args.system}] if args.system else []
     messages = list(system)

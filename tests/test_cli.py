@@ -131,7 +131,7 @@ def test_chat_two_turns(capsys, monkeypatch, tiny_folder):
     answers = iter(["t5 t6"])
     monkeypatch.setattr("rich.console.Console.input", lambda self, prompt="": next(answers))
     code, _, err = run(capsys, "chat", "--model", str(folder))
-    assert code == 1 and "no chat template" in err
+    assert code == 1 and "needs a model with a chat template" in err and "specdec generate --raw PROMPT" in err
     template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
     (folder / "chat_template.jinja").write_text(template)
     try:
@@ -150,3 +150,18 @@ def test_corrupt_safetensors_in_a_folder(capsys, tmp_path):
         weights.write_bytes(b"\x00garbage" * 10)
     code, _, err = run(capsys, "generate", "t5", "--model", str(folder), "--drafter", "none")
     assert code == 1 and "not a readable safetensors file" in err
+
+
+def test_ngram_1_is_accepted_as_documented(capsys, tiny_folder):
+    code, out, _ = run(capsys, "generate", "t5 t9 t5 t9 t5", "--model", str(tiny_folder), "--raw",
+                       "--drafter", "ngram:1", "--max-new-tokens", "8", "--json")
+    assert code == 0 and json.loads(out.strip().splitlines()[-1])["speculative"]["drafter"] == "ngram:1-1"
+
+
+def test_drafter_help_names_every_drafter(capsys):
+    with pytest.raises(SystemExit):
+        main(["generate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps the help
+    for spec in ("ngram[:N]", "draft:MODEL", "early:L", "suffix[:CORPUS]", "eagle[:HEAD]", "eagle-tree[:HEAD]",
+                 "medusa[:HEAD]", "auto[:A,B,...]"):
+        assert spec in text

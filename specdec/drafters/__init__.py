@@ -61,7 +61,7 @@ def build_drafter(
             return PromptLookupDrafter()
         if not arg.isdigit() or int(arg) < 1:
             raise ConfigError(f"ngram:N needs a whole number N >= 1, got '{arg}'")
-        return PromptLookupDrafter(max_ngram=int(arg))
+        return PromptLookupDrafter(max_ngram=int(arg), min_ngram=min(2, int(arg)))  # ngram:1 matches one token
     if kind == "draft":
         if not arg:
             raise ConfigError("draft:MODEL needs a model: a built-in name, a folder or a .gguf file")

@@ -22,8 +22,7 @@ from specdec.sampling import SamplingParams
 class PromptLookupDrafter:
     def __init__(self, max_ngram: int = 4, min_ngram: int = 2) -> None:
         if not 1 <= min_ngram <= max_ngram:
-            raise ConfigError(f"n-gram sizes must satisfy 1 <= min ({min_ngram}) <= max ({max_ngram}); "
-                              "for ngram:N, N must be at least 2")
+            raise ConfigError(f"n-gram sizes must satisfy 1 <= min ({min_ngram}) <= max ({max_ngram})")
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
         self.name = "ngram" if (min_ngram, max_ngram) == (2, 4) else f"ngram:{min_ngram}-{max_ngram}"

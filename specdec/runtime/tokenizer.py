@@ -54,7 +54,8 @@ class Tokenizer:
     def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
         """Render a conversation with the model's template and encode it (no extra special tokens)."""
         if not self.chat_template:
-            raise SpecdecError("this model has no chat template; use a plain prompt (--raw) instead")
+            raise SpecdecError("this model has no chat template, so it takes plain text only: use "
+                               "`specdec generate --raw PROMPT`, or /v1/completions on the server")
         text = _compile(self.chat_template).render(
             messages=messages,
             add_generation_prompt=add_generation_prompt,
