@@ -67,12 +67,22 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("specdec")
+    except PackageNotFoundError:  # run from a source tree that was not installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="specdec", description="Lossless speculative decoding for causal language models.")
+    parser.add_argument("--version", action="version", version=f"specdec {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     gen = sub.add_parser("generate", help="generate from one prompt, streaming; accepted draft tokens in colour")
-    gen.add_argument("prompt", help="the prompt text")
+    gen.add_argument("prompt", help="the prompt text, or - to read it from standard input")
     _model_args(gen)
     gen.add_argument("--raw", action="store_true", help="use the prompt as plain text, without the chat template")
     gen.add_argument("--compare", action="store_true", help="also run plain decoding and report the speed-up")
@@ -175,7 +185,8 @@ def _summary(stats, console, title: str = "run", breakdown: list[dict] | None = 
         ("drafter", stats.drafter),
         ("new tokens", f"{stats.new_tokens} ({stats.finish_reason})"),
         ("target passes", str(stats.target_passes)),
-        ("drafted / accepted", f"{stats.drafted} / {stats.accepted} (α = {stats.acceptance_rate:.2f})"),
+        ("drafted / accepted", f"{stats.drafted} / {stats.accepted} (α = "
+                               + (f"{stats.acceptance_rate:.2f})" if stats.drafted else "–: nothing drafted)")),
         ("α per position", per_pos),
         ("MAT (tokens per pass)", f"{stats.mean_accepted_tokens:.2f}"),
         ("time: prefill / draft / verify", f"{stats.prefill_seconds:.2f} s / {stats.draft_seconds:.2f} s / {stats.verify_seconds:.2f} s"),
@@ -218,6 +229,8 @@ def cmd_generate(args, console) -> int:
     from specdec.analysis import drafter_breakdown
     from specdec.engine import Engine, GenerationConfig, require_prompt_text
 
+    if args.prompt == "-":
+        args.prompt = sys.stdin.read()
     require_prompt_text(args.prompt)
     config = _configs(args)
     target, drafter, engine = _load(args, console)
@@ -270,7 +283,7 @@ def cmd_chat(args, console) -> int:
     _prepare(engine, config, console)
     system = [{"role": "system", "content": args.system}] if args.system else []
     messages = list(system)
-    console.print("[dim]chat: /reset starts over, /exit or Ctrl-D leaves[/dim]")
+    console.print("[dim]chat: /reset starts over, /exit or Ctrl-D leaves, /help lists these[/dim]")
     while True:
         try:
             line = console.input("[bold]you> [/bold]")
@@ -282,6 +295,13 @@ def cmd_chat(args, console) -> int:
             return 0
         if text == "/reset":
             messages = list(system)
+            console.print("[dim]conversation cleared[/dim]")
+            continue
+        if text in ("/help", "/?"):
+            console.print("[dim]/reset starts over, /exit or Ctrl-D leaves; anything else is sent to the model[/dim]")
+            continue
+        if text.startswith("/") and " " not in text:
+            console.print(f"[dim]unknown command {text}; /help lists them (nothing was sent)[/dim]")
             continue
         if not text:
             continue

@@ -135,11 +135,13 @@ def test_chat_two_turns(capsys, monkeypatch, tiny_folder):
     template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
     (folder / "chat_template.jinja").write_text(template)
     try:
-        answers = iter(["t5 t6 t7", "/reset", "t8 t9", "/exit"])
+        answers = iter(["t5 t6 t7", "/help", "/reest", "/reset", "t8 t9", "/exit"])
         monkeypatch.setattr("rich.console.Console.input", lambda self, prompt="": next(answers))
         code, out, _ = run(capsys, "chat", "--model", str(folder), "--max-new-tokens", "5")
         assert code == 0
-        assert out.count("tokens, MAT") == 2
+        assert out.count("tokens, MAT") == 2  # /help, the typo and /reset were not sent to the model
+        assert "anything else is sent to the model" in out and "unknown command /reest" in out
+        assert "conversation cleared" in out
     finally:
         (folder / "chat_template.jinja").unlink()
 
@@ -165,3 +167,20 @@ def test_drafter_help_names_every_drafter(capsys):
     for spec in ("ngram[:N]", "draft:MODEL", "early:L", "suffix[:CORPUS]", "eagle[:HEAD]", "eagle-tree[:HEAD]",
                  "medusa[:HEAD]", "auto[:A,B,...]"):
         assert spec in text
+
+
+def test_version_and_a_prompt_from_standard_input(capsys, tiny_folder, monkeypatch):
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert capsys.readouterr().out.startswith("specdec ")
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("t5 t9 t5 t9 t5"))
+    code, out, _ = run(capsys, "generate", "-", "--model", str(tiny_folder), "--raw", "--max-new-tokens", "4",
+                       "--json", "--drafter", "none")
+    assert code == 0 and json.loads(out.strip().splitlines()[-1])["speculative"]["new_tokens"] == 4
+
+
+def test_a_misspelt_drafter_gets_a_suggestion(capsys, tiny_folder):
+    code, _, err = run(capsys, "generate", "t5", "--model", str(tiny_folder), "--drafter", "sufix")
+    assert code == 1 and "did you mean 'suffix'?" in err

@@ -83,7 +83,11 @@ def build_drafter(
     if kind == "medusa":
         folder = Path(arg).expanduser() if arg else shipped_head(target, "medusa")
         return MedusaDrafter(target, load_medusa_heads(folder, target), name=spec.strip())
-    raise ConfigError(f"unknown drafter '{spec}'; choose one of: {', '.join(DRAFTER_KINDS)}")
+    import difflib
+
+    close = difflib.get_close_matches(kind, [k.split(":")[0].split("[")[0] for k in DRAFTER_KINDS], n=1)
+    hint = f"did you mean '{close[0]}{':' + arg if arg else ''}'? " if close else ""
+    raise ConfigError(f"unknown drafter '{spec}'; {hint}choose one of: {', '.join(DRAFTER_KINDS)}")
 
 
 def shipped_head(target: LanguageModel, kind: str) -> Path:
