@@ -209,8 +209,10 @@ class AdaptivePolicy:
     def trim(self, plan: RoundPlan, draft) -> int:
         """How many of a free drafter's proposed tokens to verify: the k in 0..len(draft) with the
         best predicted speed-up, from the acceptance seen after matches as long as this one's. 0
-        makes it a plain round. Other drafters' proposals are kept whole."""
-        if plan.drafter is None or not self.free[plan.drafter] or not self.may_fall_back or not len(draft):
+        makes it a plain round. Other drafters' proposals, and token trees (a tree has no prefix; a
+        tree drafter beside a large target can cost little enough to count as free), are kept whole."""
+        if (plan.drafter is None or not self.free[plan.drafter] or not self.may_fall_back or not len(draft)
+                or draft.parents is not None):
             return len(draft)
         name = self.names[plan.drafter]
         bucket = self._bucket(plan.drafter, draft.match_length)

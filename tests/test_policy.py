@@ -214,3 +214,17 @@ def test_real_round_costs_change_the_choice():
     # the calibration keeps a little of the measured curve (its prior weight), so the choice may fall
     # one short of the true best; its true speed-up must be within 1% of the best's
     assert after >= 3 and speedup(after, 0.05) >= 0.99 * max(speedup(g, 0.05) for g in range(1, 9))
+
+
+def test_a_free_tree_drafter_is_verified_whole():
+    """A tree drafter can cost less than 2% of a pass (a head beside a large target): the policy then
+    counts it as free, and its trees must not be trimmed like a lookup's chain (a tree has no prefix).
+    Without the rule, this losing drafter's proposal would be trimmed to 0 and `Draft.prefix` would raise."""
+    policy = AdaptivePolicy(costs(0.3, tree=0.0), ["tree"], max_gamma=8)
+    assert policy.free == [True]
+    plans = run(policy, {"tree": 0.0}, rounds=30)  # acceptance 0: trimming a chain would keep nothing
+    chain, tree = Draft([0] * 8, match_length=2), Draft([5, 6, 7, 8], parents=[-1, -1, 0, 0])
+    assert policy.trim(plans[-1], chain) == 0
+    assert policy.trim(plans[-1], tree) == len(tree)
+    with pytest.raises(ValueError):
+        tree.prefix(0)  # why the policy must not ask for a prefix
