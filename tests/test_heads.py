@@ -195,3 +195,18 @@ def test_bad_heads_are_refused(tiny_target, tmp_path):
         build_drafter(f"eagle:{tmp_path}", tiny_target)
     with pytest.raises(ConfigError, match="no eagle head is shipped for"):
         build_drafter("eagle", tiny_target)
+
+
+def test_eagle_tree_leaves_out_tokens_the_sampling_transform_cuts():
+    """Under top-k = 2 only two tokens have q > 0: log q is −inf elsewhere and the tree takes only
+    those two children, even when asked for four (with log q clamped to 1e-30 it took all four,
+    wasting two nodes on tokens that can never be accepted)."""
+    from specdec.drafters.eagle import EagleDrafter
+    from specdec.sampling import SamplingParams
+
+    logits = torch.tensor([2.0, 1.0, 0.5, 0.1, -1.0, -3.0])
+    log_q = EagleDrafter._log_q(logits, SamplingParams(temperature=1.0, top_k=2))
+    assert torch.isfinite(log_q).sum() == 2
+    tokens, parents, scores, depths = [], [], [], []
+    added = EagleDrafter._add(tokens, parents, scores, depths, -1, log_q.topk(4))
+    assert tokens == [0, 1] and len(added) == 2

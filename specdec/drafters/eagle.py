@@ -161,10 +161,11 @@ class EagleDrafter:
 
     @staticmethod
     def _log_q(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:  # [V] -> [V]
-        """log q under the target's sampling transform (greedy: the plain softmax ranks the same)."""
+        """log q under the target's sampling transform (greedy: the plain softmax ranks the same);
+        −inf for tokens the transform cuts (top-k, top-p), which `_add` leaves out of the tree."""
         if params.greedy:
             return torch.log_softmax(logits, -1)
-        return logits_to_probs(logits, params).clamp(min=1e-30).log()
+        return logits_to_probs(logits, params).log()
 
     @staticmethod
     def _add(node_tokens, node_parents, scores, depths, parent: int, top) -> list[int]:
