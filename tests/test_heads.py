@@ -74,14 +74,14 @@ def test_unrolled_chain_equals_drafting_step_by_step():
 def tiny_data(tiny_target, tmp_path_factory):
     folder = tmp_path_factory.mktemp("distill")
     meta = distill(tiny_target, word_prompts(40), folder, max_new_tokens=24, batch_size=8, shard_size=16)
-    assert meta["sequences"] == 40 and len(list(folder.glob("shard-*.safetensors"))) == 3
+    assert meta["sequences"] == 40 and meta["generated_this_run"] == 40 and len(list(folder.glob("shard-*.safetensors"))) == 3
     return folder
 
 
 def test_distillation_resumes_and_refuses_other_settings(tiny_target, tiny_data):
     before = load_sequences(tiny_data)
     meta = distill(tiny_target, word_prompts(40), tiny_data, max_new_tokens=24, batch_size=8, shard_size=16)
-    assert meta["seconds_this_run"] < 5 and len(load_sequences(tiny_data)) == 40  # nothing regenerated
+    assert meta["generated_this_run"] == 0 and len(load_sequences(tiny_data)) == 40  # nothing regenerated
     assert [s.tokens for s in load_sequences(tiny_data)] == [s.tokens for s in before]
     with pytest.raises(SpecdecError, match="other settings"):
         distill(tiny_target, word_prompts(40), tiny_data, max_new_tokens=30, batch_size=8, shard_size=16)

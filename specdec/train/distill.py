@@ -144,6 +144,7 @@ def distill(target, prompts: list[str], out_dir: Path, *, max_new_tokens: int = 
     sequences = load_sequences(out_dir)
     meta.update(sequences=len(sequences), tokens=sum(len(s.tokens) for s in sequences),
                 answer_tokens=sum(len(s.tokens) - s.answer_start for s in sequences),
+                generated_this_run=max(0, len(encoded) - done),
                 seconds_this_run=round(time.perf_counter() - started, 1))
     meta_path.write_text(json.dumps(meta, indent=1))
     return meta
