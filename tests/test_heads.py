@@ -74,7 +74,8 @@ def test_unrolled_chain_equals_drafting_step_by_step():
 def tiny_data(tiny_target, tmp_path_factory):
     folder = tmp_path_factory.mktemp("distill")
     meta = distill(tiny_target, word_prompts(40), folder, max_new_tokens=24, batch_size=8, shard_size=16)
-    assert meta["sequences"] == 40 and meta["generated_this_run"] == 40 and len(list(folder.glob("shard-*.safetensors"))) == 3
+    assert meta["sequences"] == meta["generated_this_run"] == 40
+    assert len(list(folder.glob("shard-*.safetensors"))) == 3
     return folder
 
 
