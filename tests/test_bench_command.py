@@ -256,3 +256,18 @@ def test_llama_cpp_baseline_needs_its_package_and_a_gguf(tmp_path, tiny_folder, 
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # as if llama-cpp-python were not installed
     assert main(argv) == 1
     assert "needs llama-cpp-python: pip install llama-cpp-python" in capsys.readouterr().err
+
+
+def test_a_finished_report_is_not_overwritten_without_force(tmp_path, tiny_folder, capsys):
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("t1 t2 t3\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "report.md").write_text("an earlier report")
+    argv = ["bench", "--model", str(tiny_folder), "--prompts", str(prompts), "--no-transformers",
+            "--max-new-tokens", "2", "--out-dir", str(out)]
+    assert main(argv) == 1
+    assert "already holds a report (report.md); pass --force" in capsys.readouterr().err
+    assert (out / "report.md").read_text() == "an earlier report"
+    assert main([*argv, "--force"]) == 0
+    assert (out / "report.md").read_text().startswith("# specdec bench report")

@@ -14,7 +14,8 @@ Methods, side by side in one process (see runner.py for the interleaving):
     SPEC [γ=G]    this project with each `--drafter` at each `--gamma`
 Writes to `--out-dir`: report.md, results.jsonl and three PNG plots; prints a table, then one
 JSON summary as the last line. While it runs, each finished prompt is appended to
-results.partial.jsonl (same format), so that a run stopped halfway keeps what it measured.
+results.partial.jsonl (same format), so that a run stopped halfway keeps what it measured. A
+finished report already in `--out-dir` is not overwritten unless `--force` is given.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from specdec.errors import SpecdecError
 
 DEFAULT_OUT = Path("bench-out")
 PARTIAL_RESULTS = "results.partial.jsonl"
+REPORT_FILES = ("report.md", "results.jsonl")  # what a finished run writes (and --force overwrites)
 
 
 def gamma_list(text: str) -> list:
@@ -74,6 +76,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     no_compile_arg(p)
     p.add_argument("--out-dir", type=Path, default=DEFAULT_OUT, help=f"where the report goes (default: {DEFAULT_OUT})")
+    p.add_argument("--force", action="store_true", help="overwrite a report already in --out-dir")
 
 
 def _check(args) -> None:
@@ -85,6 +88,10 @@ def _check(args) -> None:
         raise SpecdecError(f"--per-category must be >= 1, got {args.per_category}")
     if "llama.cpp" in args.baseline:
         _llama_cpp_gguf(args)
+    existing = [name for name in REPORT_FILES if (args.out_dir / name).exists()]
+    if existing and not args.force:
+        raise SpecdecError(f"{args.out_dir} already holds a report ({', '.join(existing)}); pass --force to "
+                           "overwrite it, or choose another --out-dir")
 
 
 def build_methods(args, target, console) -> dict[float, list]:
