@@ -77,7 +77,9 @@ def test_sampled_trace_records_the_draws_that_decided(tiny_target, draft_model):
         if r.next_kind == CORRECTED:
             assert r.next_from == "residual"
             rejected_token = r.positions[r.accepted].token
-            assert all(entry.id != rejected_token or entry.prob < 1 for entry in r.next_top)
+            # the residual max(0, p − q) is 0 at the rejected token (rejected means p < u·q ≤ q)
+            assert all(entry.id != rejected_token or entry.prob == 0 for entry in r.next_top)
+            assert r.next_top and r.next_top[0].prob > 0 and r.next_top[0].id != rejected_token
     assert rejected > 0 and result.stats.accepted > 0
     untraced = engine.generate(PROMPT, GenerationConfig(max_new_tokens=60, gamma=3,
                                                         sampling=SamplingParams(temperature=1.0, seed=3), ignore_eos=True))
