@@ -86,8 +86,7 @@ def _check(args) -> None:
         raise SpecdecError(f"--repeats must be >= 1, got {args.repeats}")
     if args.per_category is not None and args.per_category < 1:
         raise SpecdecError(f"--per-category must be >= 1, got {args.per_category}")
-    if "llama.cpp" in args.baseline:
-        _llama_cpp_gguf(args)
+    args.llama_cpp_gguf = _llama_cpp_gguf(args) if "llama.cpp" in args.baseline else None
     existing = [name for name in REPORT_FILES if (args.out_dir / name).exists()]
     if existing and not args.force:
         raise SpecdecError(f"{args.out_dir} already holds a report ({', '.join(existing)}); pass --force to "
@@ -137,7 +136,7 @@ def _llama_cpp_method(args, target):
 
     from specdec.bench.methods import LlamaCppMethod
 
-    return LlamaCppMethod(_llama_cpp_gguf(args), target.eos_token_ids, threads=torch.get_num_threads())
+    return LlamaCppMethod(args.llama_cpp_gguf, target.eos_token_ids, threads=torch.get_num_threads())
 
 
 def _llama_cpp_gguf(args):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from specdec.bench.metrics import LLAMA_CPP
 from specdec.engine import Engine, GenerationConfig
 from specdec.sampling import SamplingParams
 from specdec.stats import GenerationStats
@@ -78,8 +79,6 @@ def load_transformers_model(folder, device: str = "cpu"):
     return AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).to(device).eval()
 
 
-
-LLAMA_CPP = "llama.cpp"
 LLAMA_CPP_INSTALL = ("pip install llama-cpp-python (a source build of about 10 minutes), "
                      "or pip install -e '.[llamacpp]' in this repository")
 

@@ -53,6 +53,12 @@ def paired_ratio(a: dict, b: dict, threshold: float) -> str:
             f"{verdict} {threshold:.2f})")
 
 
+def auto_gamma_rows(methods) -> list[str]:
+    """This project's drafter rows that ran with γ = auto: "SPEC γ=auto", or a bare spec."""
+    return [name for name in methods if name.endswith(" γ=auto") or (
+        " γ=" not in name and name not in (PLAIN, LLAMA_CPP) and not name.startswith("hf-"))]
+
+
 def target_notes(summary: dict) -> list[str]:
     """One line per target checked: met or missed, with the numbers; a per-category miss says whether
     it stands out of the noise between prompts (`paired_ratio`)."""
@@ -69,7 +75,7 @@ def target_notes(summary: dict) -> list[str]:
             verdict = "met" if ratio >= PLAIN_OVER_LLAMA_CPP_TARGET else "MISSED"
             notes.append(f"T={temperature}: our plain decoding is {ratio:.2f}× llama.cpp's on the same GGUF "
                          f"(target ≥ {PLAIN_OVER_LLAMA_CPP_TARGET}×): {verdict}")
-            drafted = [n for n in methods if n not in (PLAIN, LLAMA_CPP) and not n.startswith("hf-") and " γ=" not in n]
+            drafted = auto_gamma_rows(methods)
             if drafted:
                 best = max(drafted, key=lambda n: methods[n]["speedup_vs_llama_cpp"])
                 ratio = methods[best]["speedup_vs_llama_cpp"]
@@ -77,9 +83,7 @@ def target_notes(summary: dict) -> list[str]:
                 notes.append(f"T={temperature}: our best drafter with γ = auto ({best}) is {ratio:.2f}× llama.cpp's "
                              f"plain decoding (target ≥ {BEST_OVER_LLAMA_CPP_TARGET}×): {verdict}")
         for name in methods:
-            if name == LLAMA_CPP:
-                continue
-            if name.endswith(" γ=auto") or (" γ=" not in name and name != PLAIN and not name.startswith("hf-")):
+            if name in auto_gamma_rows(methods):
                 spec = name.removesuffix(" γ=auto")  # a bare drafter spec ran with γ = auto
                 fixed = [n for n in methods if n.startswith(spec + " γ=") and n != name]
                 for category, entry in result["by_category"].items():

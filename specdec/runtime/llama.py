@@ -188,7 +188,7 @@ class LlamaModel(nn.Module):
         quantized one is dequantized exactly, a prepacked float one multiplies the identity)."""
         if isinstance(self.lm_head, nn.Linear):
             return self.lm_head.weight.detach()
-        if hasattr(self.lm_head, "dequantized_weight"):
+        if isinstance(self.lm_head, QuantizedLinear):
             return self.lm_head.dequantized_weight()
         eye = torch.eye(self.config.hidden_size, device=self.device, dtype=self.dtype)
         return self.lm_head(eye).T.contiguous()  # [V, hidden]

@@ -245,8 +245,8 @@ torch::Tensor attention(torch::Tensor q, torch::Tensor keys, torch::Tensor value
   const int64_t chunk = std::min<int64_t>(seq, 4), chunks = (seq + chunk - 1) / chunk;
   at::parallel_for(0, batch * kv_heads * chunks, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores, weights;          // [rows, padded] by slot; [rows, slots] by visible slot
-    std::vector<int64_t> visible;                // [rows, slots]: each row's visible slots, ascending
-    std::vector<int64_t> count;                  // [rows]
+    std::vector<int64_t> fresh;                  // [rows, T]: each row's visible new slots, ascending
+    std::vector<int64_t> fresh_count;            // [rows]
     std::vector<float> totals;                   // [rows]
     std::vector<float> scratch(kRowGroup * dim);  // outputs of padding rows, discarded
     std::vector<float> queries;                   // [rows + kRowGroup, D]
@@ -272,18 +272,18 @@ torch::Tensor attention(torch::Tensor q, torch::Tensor keys, torch::Tensor value
           for (int i = 0; i < kRowGroup && r0 + i < rows; ++i) store(scores.data() + (r0 + i) * padded + s0, acc[i] * scale);
         }
       }
-      visible.resize(rows * slots);
+      fresh.resize(rows * seq);
       weights.resize(rows * slots);
-      count.assign(rows, 0);
+      fresh_count.assign(rows, 0);
       totals.assign(rows, 0.f);
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t t = t0 + r % tokens;
-        int64_t* vis = visible.data() + r * slots;
-        int64_t n = 0;
-        for (int64_t s = 0; s < past; ++s) vis[n++] = s;
+        int64_t* vis = fresh.data() + r * seq;  // the visible slots are [0, past), then these
+        int64_t m = 0;
         for (int64_t j = 0; j < seq; ++j)
-          if (causal ? j <= t : pm[t * seq + j]) vis[n++] = past + j;
-        count[r] = n;
+          if (causal ? j <= t : pm[t * seq + j]) vis[m++] = past + j;
+        fresh_count[r] = m;
+        const int64_t n = past + m;
         const float* sr = scores.data() + r * padded;
         float* e = weights.data() + r * slots;
         float top = -INFINITY;  // the max is exact in any order: the cached slots a vector at a time
@@ -294,9 +294,10 @@ torch::Tensor attention(torch::Tensor q, torch::Tensor keys, torch::Tensor value
           top_lanes = v > top_lanes ? v : top_lanes;
         }
         for (int l = 0; l < kLanes; ++l) top = std::max(top, top_lanes[l]);
-        for (int64_t i = s; i < n; ++i) top = std::max(top, sr[vis[i]]);
+        for (; s < past; ++s) top = std::max(top, sr[s]);
+        for (int64_t i = 0; i < m; ++i) top = std::max(top, sr[vis[i]]);
         for (int64_t i = 0; i < past; ++i) e[i] = sr[i] - top;
-        for (int64_t i = past; i < n; ++i) e[i] = sr[vis[i]] - top;
+        for (int64_t i = 0; i < m; ++i) e[past + i] = sr[vis[i]] - top;
         Vec sum = {};  // lane l sums the weights of visible slots l, l + 16, ... in order; then a fixed fold
         for (int64_t i = 0; i < n; i += kLanes) {
           const int64_t width = std::min<int64_t>(kLanes, n - i);
@@ -332,8 +333,8 @@ torch::Tensor attention(torch::Tensor q, torch::Tensor keys, torch::Tensor value
       }
       for (int64_t r = 0; r < rows; ++r) {
         float* orow = po + offset(r);
-        const int64_t* vis = visible.data() + r * slots;
-        for (int64_t i = past; i < count[r]; ++i) accumulate(orow, weights[r * slots + i], vbase + vis[i] * dim);
+        const int64_t* vis = fresh.data() + r * seq;
+        for (int64_t i = 0; i < fresh_count[r]; ++i) accumulate(orow, weights[r * slots + past + i], vbase + vis[i] * dim);
         const float inv = 1.f / totals[r];
         for (int64_t d = 0; d < dim; ++d) orow[d] *= inv;
       }

@@ -45,15 +45,15 @@ constexpr int64_t kBlockBytes = BITS == 4 ? 256 + 32 + 32 : 512 + 32 + 64;
 
 struct Activations {  // x [M, K] quantized per row in blocks of 32
   std::vector<int8_t> q;     // [M, K] in [-127, 127]
-  std::vector<uint8_t> u;    // [M, K] q + 128 (VNNI's unsigned operand, for 8-bit weights)
+  std::vector<uint8_t> u;    // [M, K] q + 128 (VNNI's unsigned operand, for 8-bit weights), or empty
   std::vector<float> scale;  // [M, K/32]
   std::vector<float> sum;    // [M, K/32], sum of the block's codes (an integer, exact in float)
 };
 
-Activations quantize_rows(const float* x, int64_t rows, int64_t k) {
+Activations quantize_rows(const float* x, int64_t rows, int64_t k, bool with_unsigned) {
   const int64_t blocks = k / kBlock;
-  Activations a{std::vector<int8_t>(rows * k), std::vector<uint8_t>(rows * k), std::vector<float>(rows * blocks),
-                std::vector<float>(rows * blocks)};
+  Activations a{std::vector<int8_t>(rows * k), std::vector<uint8_t>(with_unsigned ? rows * k : 0),
+                std::vector<float>(rows * blocks), std::vector<float>(rows * blocks)};
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t b = 0; b < blocks; ++b) {
       const float* v = x + r * k + b * kBlock;
@@ -66,7 +66,7 @@ Activations quantize_rows(const float* x, int64_t rows, int64_t k) {
       for (int i = 0; i < kBlock; ++i) {
         const int8_t q = static_cast<int8_t>(std::min(std::max(std::nearbyint(v[i] * inv), -127.f), 127.f));
         a.q[at + i] = q;
-        a.u[at + i] = static_cast<uint8_t>(q + 128);
+        if (with_unsigned) a.u[at + i] = static_cast<uint8_t>(q + 128);
         total += q;
       }
       a.scale[r * blocks + b] = d;
@@ -134,6 +134,7 @@ void tile_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_
   for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + (row0 + r) * n + n0, acc[r]);
 }
 constexpr int kRowChunk = 8;
+constexpr bool kUnsignedRows = true;  // 8-bit weights read the rows as unsigned bytes (Activations::u)
 
 #elif SPECDEC_QGEMM_AVX2
 inline __m256i broadcast4(const int8_t* p) {
@@ -198,6 +199,7 @@ void tile_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_
   }
 }
 constexpr int kRowChunk = 4;
+constexpr bool kUnsignedRows = false;
 
 #else
 template <int BITS>
@@ -236,6 +238,7 @@ void tile_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_
     }
 }
 constexpr int kRowChunk = 1;
+constexpr bool kUnsignedRows = false;
 #endif
 
 // Rows [first, end) against one tile: chunks of R rows, then the rest in chunks of R/2, R/4, ...
@@ -269,7 +272,7 @@ torch::Tensor quant_linear(torch::Tensor x, torch::Tensor packed) {
   const int64_t n = tiles * kTile;
   auto out = torch::empty({rows, n}, x.options());
   if (rows == 0) return out;
-  const Activations a = quantize_rows(x.data_ptr<float>(), rows, k);
+  const Activations a = quantize_rows(x.data_ptr<float>(), rows, k, bits == 8 && kUnsignedRows);
   const uint8_t* pw = packed.data_ptr<uint8_t>();
   float* po = out.data_ptr<float>();
   const int64_t tile_bytes = blocks * packed.size(2);
