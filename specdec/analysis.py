@@ -1,12 +1,13 @@
 """Predicted next to measured: the seed formula, fed with a run's own numbers, beside what it did.
 
 For each drafter that drafted in a run:
-    α          accepted / drafted over its rounds
-    γ          the mean number of tokens it proposed in the rounds where it proposed any, rounded
+    α          accepted / drafted over its rounds (drafted: draft positions, a tree's depth)
+    γ          the mean number of draft positions it proposed in the rounds where it proposed any, rounded
     f          the share of its rounds where it proposed any (a lookup with no match proposes none,
                and that round is a plain step)
     c          its measured draft cost per token, relative to a one-token target pass T(1)
-    v          the measured cost of a pass over γ+1 tokens, relative to T(1)
+    n          the mean number of draft tokens its passes verified, rounded (a chain: γ; a tree: its nodes)
+    v          the measured cost of a pass over n+1 tokens, relative to T(1)
     predicted  (f·E + (1 − f)) / (f·(γc + v) + (1 − f)),  E = (1 − α^(γ+1)) / (1 − α):
                the seed formula for the rounds that drafted, plain steps for the rest
     costed     the same with E replaced by the measured 1 + accepted / drafting rounds: what the
@@ -43,12 +44,13 @@ def _tally_model(name: str, tally, costs: CostModel) -> dict:
     """The seed formula's inputs and outputs for one drafter's rounds (per round, in one-token passes)."""
     one_pass = costs.target_pass(1)
     gamma = max(1, round(tally.drafted / tally.drafting_rounds))
+    verified = max(1, round(tally.verified_tokens / tally.drafting_rounds))
     share = tally.drafting_rounds / tally.rounds
     alpha = tally.accepted / tally.drafted
     c = costs.draft_seconds(name, gamma) / gamma / one_pass if name in costs.draft_costs else 0.0
-    verify = costs.target_pass(gamma + 1) / one_pass
+    verify = costs.target_pass(verified + 1) / one_pass
     return {
-        "gamma": gamma, "share": share, "alpha": alpha, "c": c, "verify": verify,
+        "gamma": gamma, "verified_tokens": verified, "share": share, "alpha": alpha, "c": c, "verify": verify,
         "cost": share * (gamma * c + verify) + (1 - share),
         "predicted_tokens": share * expected_tokens_per_pass(alpha, gamma) + (1 - share),
         "costed_tokens": share * (1 + tally.accepted / tally.drafting_rounds) + (1 - share),
@@ -81,6 +83,7 @@ def drafter_breakdown(stats: GenerationStats, costs: CostModel,
         seconds = tally.draft_seconds + tally.verify_seconds
         rows.append({
             "drafter": name, "rounds": tally.rounds, "drafting_share": round(m["share"], 3), "gamma": m["gamma"],
+            "verified_tokens": m["verified_tokens"],
             "alpha": round(m["alpha"], 4), "c": round(m["c"], 4), "verify_cost": round(m["verify"], 3),
             "tokens_per_round": round(tally.committed / tally.rounds, 3),
             "predicted_speedup": round(m["predicted_tokens"] / m["cost"], 3),

@@ -13,6 +13,7 @@ import os
 import sys
 
 from specdec.errors import SpecdecError
+from specdec.options import add_json_arg, add_model_args, add_target_args, generation_config, load_engine, prepare_costs
 
 KIND_STYLES = {"accepted": "green", "corrected": "yellow", "bonus": "cyan", "target": ""}
 
@@ -24,47 +25,6 @@ class UsageError(SpecdecError):
 class Parser(argparse.ArgumentParser):
     def error(self, message: str):  # argparse's own errors: same one-line format, exit 2
         raise UsageError(message)
-
-
-def gamma_arg(text: str) -> int | str:
-    if text == "auto":
-        return text
-    if text.isdigit() and int(text) >= 1:
-        return int(text)
-    raise argparse.ArgumentTypeError(f"gamma must be 'auto' or a whole number >= 1, got '{text}'")
-
-
-def _target_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="smollm2-135m", help="built-in name, Hugging Face folder or .gguf file (default: smollm2-135m)")
-    p.add_argument("--drafter", default="ngram",
-                   help="none | ngram[:N] | draft:MODEL | early:L | suffix[:CORPUS] | eagle[:HEAD] | eagle-tree[:HEAD] | "
-                        "medusa[:HEAD] | auto[:A,B,...] (default: ngram)")
-    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default: cpu)")
-    p.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16 (default: float32)")
-    p.add_argument("--runtime", default="lean", help="lean | transformers (default: lean)")
-    p.add_argument("--weights", default="auto",
-                   help="auto | float32 | bfloat16 | int8 | int4: the linear layers' form (default: auto, a GGUF's "
-                        "Q4_0/Q4_1/Q8_0 blocks as stored on the CPU, int4/int8 kernels; a float checkpoint stays float)")
-    no_compile_arg(p)
-    p.add_argument("--max-gamma", type=int, default=8, help="the largest γ the adaptive policy tries (default: 8)")
-
-
-def no_compile_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--no-compile", action="store_true",
-                   help="neither build nor use specdec's C++ CPU kernels (built once per machine, about a minute): "
-                        "float32 weights and PyTorch's operators, which are slower and not batch-invariant")
-
-
-def _model_args(p: argparse.ArgumentParser) -> None:
-    _target_args(p)
-    p.add_argument("--gamma", type=gamma_arg, default="auto",
-                   help="tokens drafted per round: a whole number >= 1, or auto (chosen each round from measured costs and acceptance; default)")
-    p.add_argument("--max-new-tokens", type=int, default=256)
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    p.add_argument("--top-k", type=int, default=0, help="0 = off")
-    p.add_argument("--top-p", type=float, default=1.0, help="in (0, 1]; 1 = off")
-    p.add_argument("--seed", type=int, default=None, help="fixes the random draws: the same seed repeats a sampled run")
-    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
 
 
 def _version() -> str:
@@ -83,13 +43,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     gen = sub.add_parser("generate", help="generate from one prompt, streaming; accepted draft tokens in colour")
     gen.add_argument("prompt", help="the prompt text, or - to read it from standard input")
-    _model_args(gen)
+    add_model_args(gen)
     gen.add_argument("--raw", action="store_true", help="use the prompt as plain text, without the chat template")
     gen.add_argument("--compare", action="store_true", help="also run plain decoding and report the speed-up")
-    gen.add_argument("--json", action="store_true", help="print the run's statistics as one JSON line at the end")
+    add_json_arg(gen, "the text and the run's statistics")
 
     chat = sub.add_parser("chat", help="a multi-turn conversation (/reset to start over, /exit or Ctrl-D to leave)")
-    _model_args(chat)
+    add_model_args(chat)
     chat.add_argument("--system", default=None, help="a system message")
 
     plan = sub.add_parser("plan", help="expected tokens per pass and speed-up from α, γ and c")
@@ -99,10 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--max-gamma", type=int, default=12)
     plan.add_argument("--verify-cost", type=float, default=1.0,
                       help="cost of a target pass over γ+1 tokens / a one-token pass (default 1, as in the formula)")
+    add_json_arg(plan, "the table")
 
     costs = sub.add_parser("costs", help="show (measuring if needed) this machine's cost model for a model and drafter")
-    _target_args(costs)
+    add_target_args(costs)
     costs.add_argument("--remeasure", action="store_true", help="measure again, replacing the cached numbers")
+    add_json_arg(costs, "the cost model")
 
     from specdec.bench.command import add_arguments
 
@@ -112,12 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
     from specdec.serve.command import add_arguments as add_serve_arguments
 
     serve = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (chat and text completions, streaming, metrics)")
-    add_serve_arguments(serve, _target_args, gamma_arg)
+    add_serve_arguments(serve)
 
     from specdec.explain.command import add_arguments as add_explain_arguments
 
     explain = sub.add_parser("explain", help="one run, round by round, as a self-contained HTML page (-o run.html)")
-    add_explain_arguments(explain, _model_args)
+    add_explain_arguments(explain)
 
     from specdec.serve.command import add_load_test_arguments
 
@@ -129,33 +91,6 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="train a drafter on the target's own answers: EAGLE or Medusa heads, or a small draft model")
     add_train_arguments(train)
     return parser
-
-
-def _configs(args):
-    from specdec.engine import GenerationConfig
-    from specdec.sampling import SamplingParams
-
-    sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
-    return GenerationConfig(max_new_tokens=args.max_new_tokens, gamma=args.gamma, max_gamma=args.max_gamma,
-                            sampling=sampling, stop=tuple(args.stop))
-
-
-def _load(args, console):
-    from specdec.drafters import build_drafter
-    from specdec.engine import Engine
-    from specdec.runtime import load_model
-
-    with console.status(f"loading {args.model} (the first load converts and caches it)"):
-        target = load_model(args.model, device=args.device, dtype=args.dtype, runtime=args.runtime, weights=args.weights)
-        drafter = build_drafter(args.drafter, target, device=args.device, dtype=args.dtype, runtime=args.runtime)
-    return target, drafter, Engine(target, drafter)
-
-
-def _prepare(engine, config, console) -> None:
-    """Measure the cost model now (with a spinner) if the adaptive policy will need it and no cache has it."""
-    if engine.needs_costs(config):
-        with console.status("reading the cost model (measuring it on this machine the first time, a few seconds)"):
-            engine.costs(config.max_gamma)
 
 
 def _stream(engine, prompt_ids, config, console):
@@ -201,10 +136,12 @@ def _summary(stats, console, title: str = "run", breakdown: list[dict] | None = 
 
 def _breakdown(rows: list[dict], stats, console) -> None:
     """Per drafter: the seed formula on the run's own α, γ, c next to the measured speed-up; the policy's choices."""
+    from rich import box
     from rich.table import Table
 
-    table = Table(title="speed-up: seed formula on this run's own α, γ, f, c, v (docs/ARCHITECTURE.md) vs measured")
-    for col in ("drafter", "rounds", "f", "γ", "α", "c", "v", "predicted", "costed", "measured"):
+    table = Table(title="speed-up: seed formula on this run's own α, γ, f, c, v (docs/ARCHITECTURE.md) vs measured",
+                  box=box.SIMPLE_HEAD)
+    for col in ("drafter", "rounds", "f", "mean γ", "α", "c", "v", "predicted", "costed", "measured"):
         table.add_column(col, justify="right")
     for r in rows:
         measured = f"{r['measured_speedup']:.2f}×" if r["measured_speedup"] is not None else "-"
@@ -213,7 +150,8 @@ def _breakdown(rows: list[dict], stats, console) -> None:
                       f"{r['costed_speedup']:.2f}×", measured)
     console.print(table)
     if rows:
-        console.print(f"[dim]f: share of rounds that drafted; c: draft cost per token / T(1); v: verify pass / T(1); "
+        console.print(f"[dim]f: share of rounds that drafted; mean γ: tokens drafted per drafting round; "
+                      f"c: draft cost per token / T(1); v: verify pass / T(1); "
                       f"costed: the cost model with the acceptance as it happened; measured against: "
                       f"{rows[0]['baseline']}[/dim]", highlight=False)
     plain = stats.by_drafter.get("plain")
@@ -227,18 +165,19 @@ def _breakdown(rows: list[dict], stats, console) -> None:
 
 def cmd_generate(args, console) -> int:
     from specdec.analysis import drafter_breakdown
-    from specdec.engine import Engine, GenerationConfig, require_prompt_text
+    from specdec.engine import Engine, require_prompt_text
+    from specdec.options import warm_up
 
     if args.prompt == "-":
         args.prompt = sys.stdin.read()
     require_prompt_text(args.prompt)
-    config = _configs(args)
-    target, drafter, engine = _load(args, console)
+    config = generation_config(args)
+    engine = load_engine(args, console)
+    target = engine.target
     prompt_ids = engine.encode(args.prompt, chat=not args.raw)
-    _prepare(engine, config, console)
-    if args.compare:  # warm up both paths so that neither pays first-call costs
-        warm = GenerationConfig(max_new_tokens=4, gamma=args.gamma, max_gamma=args.max_gamma, sampling=config.sampling)
-        engine.generate(prompt_ids, warm)
+    prepare_costs(engine, config, console)
+    if args.compare:
+        warm_up(engine, prompt_ids, config)
     console.print("[dim]legend:[/dim] [green]accepted draft[/green] [yellow]corrected[/yellow] [cyan]bonus[/cyan] target", highlight=False)
     text, token_ids, stats = _stream(engine, prompt_ids, config, console)
     plain = None
@@ -275,12 +214,13 @@ def cmd_generate(args, console) -> int:
 
 
 def cmd_chat(args, console) -> int:
-    config = _configs(args)
-    target, drafter, engine = _load(args, console)
+    config = generation_config(args)
+    engine = load_engine(args, console)
+    target = engine.target
     if not target.tokenizer.chat_template:
         raise SpecdecError(f"specdec chat needs a model with a chat template, and {args.model} has none; "
                            "for plain text use `specdec generate --raw PROMPT`")
-    _prepare(engine, config, console)
+    prepare_costs(engine, config, console)
     system = [{"role": "system", "content": args.system}] if args.system else []
     messages = list(system)
     console.print("[dim]chat: /reset starts over, /exit or Ctrl-D leaves, /help lists these[/dim]")
@@ -340,7 +280,8 @@ def cmd_plan(args, console) -> int:
     best, best_speed = best_gamma(args.alpha, args.c, args.max_gamma, args.verify_cost)
     verdict = "speculate" if best_speed > 1 else "plain decoding is faster"
     console.print(f"best γ in 1..{args.max_gamma}: {best} (speed-up {best_speed:.3f}): {verdict}")
-    print(json.dumps({"rows": rows, "best_gamma": best, "best_speedup": round(best_speed, 4)}))
+    if args.json:
+        print(json.dumps({"rows": rows, "best_gamma": best, "best_speedup": round(best_speed, 4)}))
     return 0
 
 
@@ -351,7 +292,8 @@ def cmd_costs(args, console) -> int:
 
     if not 1 <= args.max_gamma <= 16:
         raise SpecdecError(f"--max-gamma must be in [1, 16], got {args.max_gamma}")
-    target, drafter, engine = _load(args, console)
+    engine = load_engine(args, console)
+    target = engine.target
     with console.status("measuring the cost model on this machine" if args.remeasure else "reading the cost model"):
         costs = load_or_measure(target, engine.drafters, args.max_gamma, remeasure=args.remeasure)
     engine.cost_model = costs
@@ -370,7 +312,8 @@ def cmd_costs(args, console) -> int:
         drafts.add_row(d.name, f"{cost.per_call * 1000:.3f}", f"{cost.per_token * 1000:.3f}", f"{cost.per_token / one:.3f}")
     console.print(drafts)
     console.print(f"measured {costs.description.get('measured_at', '?')}; cached in {costs_dir() / (costs.key + '.json')}")
-    print(json.dumps(costs.to_json()))
+    if args.json:
+        print(json.dumps(costs.to_json()))
     return 0
 
 
@@ -389,7 +332,7 @@ def cmd_serve(args, console) -> int:
 def cmd_explain(args, console) -> int:
     from specdec.explain.command import run
 
-    return run(args, console, _load, _configs, _prepare)
+    return run(args, console)
 
 
 def cmd_load_test(args, console) -> int:
@@ -418,6 +361,8 @@ def main(argv: list[str] | None = None) -> int:
         args.argv = list(sys.argv[1:] if argv is None else argv)
         if getattr(args, "no_compile", False):
             os.environ["SPECDEC_KERNELS"] = "off"  # read by runtime/kernels when the kernels are first asked for
+        if getattr(args, "json", False):  # standard output holds only the JSON line
+            console = errors
         return COMMANDS[args.command](args, console)
     except UsageError as err:
         errors.print(f"specdec: error: {err}  (see specdec --help)", markup=False, highlight=False)

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import torch
 
+from specdec.announce import announce
 from specdec.runtime.gguf_convert import cache_root
 from specdec.sampling import SamplingParams
 
@@ -225,7 +226,7 @@ def measure_draft_cost(model, drafter, context: int, max_gamma: int, repeats: in
     max_len = context + max_gamma + 1
     cache = net.new_cache(max_len)
     drafter.begin(tokens, max_len, cache)
-    if getattr(drafter, "wants_features", False):  # EAGLE, Medusa: the features of every token but the last
+    if drafter.wants_features:  # EAGLE, Medusa: the features of every token but the last
         drafter.accept_features(net.forward(torch.tensor([tokens[:-1]], device=net.device), cache, return_hidden=True)[1][0])
     else:
         net.forward(torch.tensor([tokens[:-1]], device=net.device), cache)  # every token but the last
@@ -247,7 +248,7 @@ def measure_draft_cost(model, drafter, context: int, max_gamma: int, repeats: in
 
 def largest_pass(drafters: list, max_gamma: int) -> int:
     """Tokens in the largest verification pass: the last committed one and γ drafts, or a tree's nodes."""
-    return 1 + max([max_gamma] + [getattr(d, "max_nodes", 0) for d in drafters])
+    return 1 + max([max_gamma] + [d.max_nodes for d in drafters])
 
 
 def load_or_measure(model, drafters: list, max_gamma: int, *, remeasure: bool = False,
@@ -268,6 +269,7 @@ def load_or_measure(model, drafters: list, max_gamma: int, *, remeasure: bool = 
     changed = False
     context = min(COST_CONTEXT, model.max_context - largest - 1)
     if costs is None or max(costs.pass_seconds) < largest:
+        announce(f"measuring this machine's costs of target passes over 1..{largest} tokens (once; cached in {path})")
         sizes = list(range(1, largest + 1))
         measured_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         costs = CostModel(measure_pass_costs(model.net, context, sizes, repeats), key=key,
@@ -275,6 +277,7 @@ def load_or_measure(model, drafters: list, max_gamma: int, *, remeasure: bool = 
         changed = True
     for drafter in drafters:
         if drafter.name not in costs.draft_costs:
+            announce(f"measuring this machine's costs of drafting with {drafter.name} (once)")
             costs.draft_costs[drafter.name] = measure_draft_cost(model, drafter, context, max_gamma, repeats)
             changed = True
     if cache and changed:

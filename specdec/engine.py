@@ -31,7 +31,7 @@ from specdec.runtime.loading import LanguageModel
 from specdec.runtime.tokenizer import IncrementalDetokenizer
 from specdec.sampling import SamplingParams, logits_to_probs, sample
 from specdec.stats import GenerationStats
-from specdec.trace import ACCEPTED, BONUS, CORRECTED, TARGET, RoundTrace, trace_round, trace_tree
+from specdec.trace import ACCEPTED, BONUS, CORRECTED, TARGET, RoundTrace, trace_round, trace_tree_round
 from specdec.tree import TokenTree, kept_slots, tree_inputs
 from specdec.verify import speculative_sample, tree_sample, verify_greedy, verify_tree_greedy
 
@@ -175,7 +175,7 @@ class Engine:
         fixed = None if config.gamma == AUTO else config.gamma
         max_gamma = fixed or config.max_gamma
         policy = AdaptivePolicy(self.costs(max_gamma), [d.name for d in self.drafters], config.max_gamma, fixed,
-                                verified=[getattr(d, "verified_tokens", None) for d in self.drafters])
+                                verified=[d.verified_tokens for d in self.drafters])
         key = (config.max_gamma, fixed)
         if key in self._last_policy:
             policy.continue_from(self._last_policy[key])
@@ -238,10 +238,10 @@ class Engine:
             return pieces, False
 
         # Prefill: one target pass over the prompt gives the first new token.
-        cache = net.new_cache(max_len + max((getattr(d, "max_nodes", 0) for d in self.drafters), default=0))
+        cache = net.new_cache(max_len + max((d.max_nodes for d in self.drafters), default=0))
         for drafter in self.drafters:
             drafter.begin(prompt_ids, max_len, cache)
-        readers = [d for d in self.drafters if getattr(d, "wants_features", False)]  # EAGLE, Medusa: read features
+        readers = [d for d in self.drafters if d.wants_features]  # EAGLE, Medusa: read features
         logits, hidden = self._target_pass(torch.tensor([prompt_ids], device=device), cache, readers, last_only=True)
         for reader in readers:  # every prompt token is committed: its feature goes to the drafters that read them
             reader.accept_features(hidden[0])
@@ -249,7 +249,7 @@ class Engine:
         stats.target_passes = 1
         stats.prefill_seconds = time.perf_counter() - started
         pieces, done = commit([first], [TARGET])
-        rounds = [self._trace(0, None, PREFILL, [], None, logits[0], None, params, 0, first, TARGET, pieces, {},
+        rounds = [self._trace(0, None, PREFILL, Draft([]), logits[0], None, params, [], first, TARGET, pieces, {},
                               stats.prefill_seconds, 0.0)] if config.trace else []
         if not done:  # stream the first token at once: time to first token is the prefill's
             stats.total_seconds = stats.prefill_seconds
@@ -305,7 +305,7 @@ class Engine:
                     path, next_token = verify_tree_greedy(tree, logits[0])
                 else:
                     p = logits_to_probs(logits, params)  # [1, N+1, V]
-                    walked, next_token = tree_sample(tree, p, generator)
+                    walked, next_token = tree_sample(tree, p, generator, details)
                     path = [node for node in walked[0].tolist() if node >= 0]
                 n = len(path)
                 accepted_tokens = [tree.tokens[i] for i in path]
@@ -318,24 +318,17 @@ class Engine:
             new_pieces, done = commit(accepted_tokens + [int(next_token)], kinds)
             t2 = time.perf_counter()
             # 5. record
-            depth = draft.depth  # tokens drafted along the longest path (a chain: all of them)
+            depth = draft.depth  # draft positions: a chain's length, a tree's depth ("drafted")
             if policy:
                 policy.observe(plan, depth, n, draft.match_length)
             if self.cost_model is not None:  # what this round's pass really cost corrects T(k) for the policy
                 self.cost_model.observe_round(len(draft) + 1, t2 - t1)
-            stats.record_round(depth, n, drafter=drafter.name if drafter else "plain", gamma=plan.gamma,
-                               committed=len(new_pieces), draft_seconds=t1 - t0, verify_seconds=t2 - t1)
-            if config.trace:  # a tree is shown by its accepted path (the trace records chains)
-                shown = slice(None) if draft.parents is None else kept
-                shown_plan = plan if draft.parents is None else RoundPlan(
-                    plan.drafter, plan.gamma, plan.predicted_speedup,
-                    f"{plan.reason}; a tree of {len(draft)} nodes, its accepted path shown")
-                rounds.append(self._trace(stats.rounds, drafter, shown_plan, accepted_tokens if draft.parents is not None
-                                          else draft.tokens, draft.q, logits[0, shown],
-                                          None if p is None else p[0, shown], params, n, int(next_token), kinds[-1],
-                                          new_pieces, details, t1 - t0, t2 - t1))
-                if draft.parents is not None:
-                    rounds[-1].tree = trace_tree(draft.tokens, draft.parents, path, self.target.tokenizer)
+            stats.record_round(depth, n, verified_tokens=len(draft), drafter=drafter.name if drafter else "plain",
+                               gamma=plan.gamma, committed=len(new_pieces), draft_seconds=t1 - t0, verify_seconds=t2 - t1)
+            if config.trace:
+                accepted_nodes = list(range(n)) if draft.parents is None else path
+                rounds.append(self._trace(stats.rounds, drafter, plan, draft, logits[0], None if p is None else p[0], params,
+                                          accepted_nodes, int(next_token), kinds[-1], new_pieces, details, t1 - t0, t2 - t1))
             pieces += new_pieces
             if not done:
                 stats.total_seconds = time.perf_counter() - started
@@ -362,20 +355,26 @@ class Engine:
             return self.target.net.forward(ids, cache, last_only=last_only, **tree), None
         return self.target.net.forward(ids, cache, last_only=last_only, return_hidden=True, **tree)
 
-    def _trace(self, index: int, drafter: Drafter | None, plan: RoundPlan, draft_tokens: list[int],
-               q: torch.Tensor | None, logits: torch.Tensor, p: torch.Tensor | None, params: SamplingParams,
-               accepted: int, next_token: int, next_kind: str, pieces: list[Piece], details: dict,
-               draft_seconds: float, verify_seconds: float) -> RoundTrace:
-        """The record of one round; logits [k+1, V] of its pass (the prefill: [1, V]) and p [k+1, V] as the
-        acceptance rule computed it (None where the rule did not: greedy rounds and the prefill)."""
+    def _trace(self, index: int, drafter: Drafter | None, plan: RoundPlan, draft: Draft, logits: torch.Tensor,
+               p: torch.Tensor | None, params: SamplingParams, accepted_nodes: list[int], next_token: int,
+               next_kind: str, pieces: list[Piece], details: dict, draft_seconds: float,
+               verify_seconds: float) -> RoundTrace:
+        """The record of one round; logits [k+1, V] of its pass over the last committed token and the
+        draft's k tokens or tree nodes (the prefill: [1, V]), p [k+1, V] as the acceptance rule computed
+        it (None where the rule did not: greedy rounds and the prefill), accepted_nodes the accepted
+        drafts' indices, details what the sampling rule recorded (batch row 0 is this round)."""
         if p is None:
             p = logits_to_probs(logits, params)  # [k+1, V] (greedy: one-hot argmax)
         shown = torch.softmax(logits.float(), -1) if params.greedy else p  # [k+1, V], what the charts show
-        uniforms, residual = details.get("uniforms"), details.get("residual")
-        record = trace_round(index, drafter.name if drafter else None, plan.gamma, plan.reason, draft_tokens, q, p, shown,
-                             params.greedy, accepted, next_token, next_kind, self.target.tokenizer,
-                             uniforms=None if uniforms is None else uniforms[0],
-                             residual=None if residual is None else residual[0])
+        name, tokenizer = drafter.name if drafter else None, self.target.tokenizer
+        row = {key: value[0] for key, value in details.items()}
+        if draft.parents is None:
+            record = trace_round(index, name, plan.gamma, plan.reason, draft.tokens, draft.q, p, shown, params.greedy,
+                                 len(accepted_nodes), next_token, next_kind, tokenizer, uniforms=row.get("uniforms"),
+                                 residual=row.get("residual"))
+        else:
+            record = trace_tree_round(index, name, plan.gamma, plan.reason, TokenTree(draft.tokens, draft.parents),
+                                      accepted_nodes, p, shown, params.greedy, next_token, next_kind, tokenizer, row)
         record.committed = [t for piece in pieces for t in piece.token_ids]
         record.texts = [piece.text for piece in pieces if piece.token_ids]
         record.draft_seconds, record.verify_seconds = draft_seconds, verify_seconds
@@ -398,7 +397,7 @@ class Engine:
     def _check_draft(self, drafter: Drafter, draft: Draft, budget: int, cache_untouched: bool) -> None:
         vocab = self.target.vocab_size
         ids_valid = all(0 <= t < vocab for t in draft.tokens)
-        nodes_fit = draft.parents is None or len(draft) <= getattr(drafter, "max_nodes", 0)
+        nodes_fit = draft.parents is None or len(draft) <= drafter.max_nodes
         if draft.depth > max(budget, 0) or not nodes_fit or not ids_valid or not cache_untouched:
             raise RuntimeError(
                 f"drafter {drafter.name} broke its contract: {draft.depth} tokens deep for a budget of {budget}, "

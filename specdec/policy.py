@@ -37,6 +37,7 @@ same lossless rule whatever γ and drafter were chosen, and the choice depends o
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from specdec.cost_model import CostModel
@@ -124,11 +125,11 @@ class AdaptivePolicy:
 
     def __init__(self, costs: CostModel, drafter_names: list[str], max_gamma: int = 8,
                  fixed_gamma: int | None = None, prior: float = 0.6, memory: float = 0.9,
-                 idle_memory: float = 0.98, verified: list | None = None) -> None:
+                 idle_memory: float = 0.98, verified: list[Callable[[int], int]] | None = None) -> None:
         self.costs = costs
         self.names = drafter_names
         # per drafter: γ → draft tokens in the verification pass (a tree verifies more than its depth)
-        self.verified = verified or [None] * len(drafter_names)
+        self.verified = verified or [lambda gamma: gamma] * len(drafter_names)  # default: chains
         self.gammas = [fixed_gamma] if fixed_gamma else list(range(1, max_gamma + 1))
         self.may_fall_back = fixed_gamma is None  # a γ fixed by hand is kept, even when it loses
         self.acceptance = [PositionAcceptance(prior, memory, positions=max(self.gammas)) for _ in drafter_names]
@@ -160,8 +161,8 @@ class AdaptivePolicy:
         for index, name in enumerate(self.names):
             acceptance = self.acceptance[index]
             for gamma in self.gammas:
-                verified = self.verified[index](gamma) if self.verified[index] else gamma
-                speedup = self.costs.predicted_speedup(name, gamma, acceptance.expected_tokens(gamma), verified)
+                speedup = self.costs.predicted_speedup(name, gamma, acceptance.expected_tokens(gamma),
+                                                       self.verified[index](gamma))
                 out.append((speedup, index, gamma))
         return out
 

@@ -11,8 +11,9 @@ class RoundTally:
 
     rounds: int = 0
     drafting_rounds: int = 0  # rounds in which the drafter proposed at least one token
-    drafted: int = 0
+    drafted: int = 0  # draft positions (see GenerationStats)
     accepted: int = 0
+    verified_tokens: int = 0  # draft tokens the passes verified (see GenerationStats)
     committed: int = 0  # tokens these rounds committed, bonus and corrections included
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
@@ -20,20 +21,30 @@ class RoundTally:
 
     def to_dict(self) -> dict:
         return {"rounds": self.rounds, "drafting_rounds": self.drafting_rounds, "drafted": self.drafted, "accepted": self.accepted,
-                "committed": self.committed, "draft_seconds": round(self.draft_seconds, 4),
+                "verified_tokens": self.verified_tokens, "committed": self.committed, "draft_seconds": round(self.draft_seconds, 4),
                 "verify_seconds": round(self.verify_seconds, 4),
                 "gammas": {str(g): n for g, n in sorted(self.gammas.items())}}
 
 
 @dataclass
 class GenerationStats:
+    """A run's counts and times.
+
+    "Drafted" (overall, per position, per drafter) counts draft positions: a chain round drafts its
+    length, a token tree round its depth (the tokens along its longest path). So α = accepted /
+    drafted and α per position say how far down the draft the target went, for chains and trees
+    alike, as the policy's estimates and the seed formula read them. What the verification passes
+    paid for is counted apart as `verified_tokens`: the draft tokens they scored, a chain's length
+    or a tree's node count."""
+
     drafter: str
     prompt_tokens: int = 0
     new_tokens: int = 0
     target_passes: int = 0  # the prefill pass included: plain decoding has MAT = 1.00
     rounds: int = 0  # speculative rounds (target passes after the prefill)
-    drafted: int = 0
+    drafted: int = 0  # draft positions: a chain's length, a tree's depth
     accepted: int = 0
+    verified_tokens: int = 0  # draft tokens verified: a chain's length, a tree's node count
     drafted_per_position: list[int] = field(default_factory=list)
     accepted_per_position: list[int] = field(default_factory=list)
     prefill_seconds: float = 0.0
@@ -44,13 +55,17 @@ class GenerationStats:
     by_drafter: dict[str, RoundTally] = field(default_factory=dict)  # "plain" for rounds that drafted nothing by choice
     decisions: list[dict] = field(default_factory=list)  # the adaptive policy's choices, when they changed
 
-    def record_round(self, drafted: int, accepted: int, *, drafter: str = "plain", gamma: int = 0,
-                     committed: int = 0, draft_seconds: float = 0.0, verify_seconds: float = 0.0) -> None:
+    def record_round(self, drafted: int, accepted: int, *, verified_tokens: int | None = None, drafter: str = "plain",
+                     gamma: int = 0, committed: int = 0, draft_seconds: float = 0.0, verify_seconds: float = 0.0) -> None:
+        """One round: `drafted` draft positions, the first `accepted` of them accepted; `verified_tokens`
+        the draft tokens its pass verified (a tree's node count; None: a chain, = drafted)."""
+        verified_tokens = drafted if verified_tokens is None else verified_tokens
         tally = self.by_drafter.setdefault(drafter, RoundTally())
         tally.rounds += 1
         tally.drafting_rounds += drafted > 0
         tally.drafted += drafted
         tally.accepted += accepted
+        tally.verified_tokens += verified_tokens
         tally.committed += committed
         tally.draft_seconds += draft_seconds
         tally.verify_seconds += verify_seconds
@@ -61,6 +76,7 @@ class GenerationStats:
         self.target_passes += 1
         self.drafted += drafted
         self.accepted += accepted
+        self.verified_tokens += verified_tokens
         while len(self.drafted_per_position) < drafted:
             self.drafted_per_position.append(0)
             self.accepted_per_position.append(0)
@@ -74,7 +90,7 @@ class GenerationStats:
         total = cls(drafter=runs[0].drafter if runs else "none")
         for run in runs:
             for name in ("prompt_tokens", "new_tokens", "target_passes", "rounds", "drafted", "accepted",
-                         "prefill_seconds", "draft_seconds", "verify_seconds", "total_seconds"):
+                         "verified_tokens", "prefill_seconds", "draft_seconds", "verify_seconds", "total_seconds"):
                 setattr(total, name, getattr(total, name) + getattr(run, name))
             for i, (d, a) in enumerate(zip(run.drafted_per_position, run.accepted_per_position)):
                 if i == len(total.drafted_per_position):
@@ -84,7 +100,8 @@ class GenerationStats:
                 total.accepted_per_position[i] += a
             for name, tally in run.by_drafter.items():
                 into = total.by_drafter.setdefault(name, RoundTally())
-                for key in ("rounds", "drafting_rounds", "drafted", "accepted", "committed", "draft_seconds", "verify_seconds"):
+                for key in ("rounds", "drafting_rounds", "drafted", "accepted", "verified_tokens", "committed", "draft_seconds",
+                            "verify_seconds"):
                     setattr(into, key, getattr(into, key) + getattr(tally, key))
                 for gamma, n in tally.gammas.items():
                     into.gammas[gamma] = into.gammas.get(gamma, 0) + n
@@ -118,6 +135,7 @@ class GenerationStats:
             "rounds": self.rounds,
             "drafted": self.drafted,
             "accepted": self.accepted,
+            "verified_tokens": self.verified_tokens,
             "mean_accepted_tokens": round(self.mean_accepted_tokens, 4),
             "acceptance_rate": round(self.acceptance_rate, 4),
             "acceptance_per_position": [round(a, 4) for a in self.acceptance_per_position],

@@ -129,8 +129,10 @@ def speculative_sample_reference(
 # Sampling (multi-candidate speculative sampling, as in SpecInfer, with point-mass candidates): at
 # the current node, with r = p at that node, test its children c_1, c_2, ... in order: accept c_j
 # with probability r(c_j); if it is rejected, set r(c_j) = 0 and renormalise r, and test the next
-# child. If a child is accepted, move to it and start again with p there; if none is, emit a token
-# drawn from the final r. Why it is exact: testing c_1 with probability r(c_1) and otherwise drawing
+# child. So c_j, tested after c_1..c_{j-1} were rejected, is accepted with probability
+# r(c_j) = p(c_j) / (1 − Σ_{i<j} p(c_i)), not p(c_j) (the trace records r(c_j)). If a child is
+# accepted, move to it and start again with p there; if none is, emit a token drawn from the final r.
+# Why it is exact: testing c_1 with probability r(c_1) and otherwise drawing
 # from r without c_1 is a way of drawing from r (P(c_1) = r(c_1); P(x ≠ c_1) = (1 − r(c_1)) · r(x) /
 # (1 − r(c_1)) = r(x)), and by induction so is the whole sequence of tests; so each emitted token
 # (accepted child or final draw) follows p at its context, whatever candidates the drafter chose, as
@@ -164,10 +166,17 @@ def verify_tree_greedy(tree: TokenTree,
 
 def tree_sample(tree: TokenTree,
                 p: torch.Tensor,  # [B, N+1, V] target probabilities (rows: independent rounds, same tree)
-                generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+                generator: torch.Generator,
+                details: dict | None = None,  # given: filled with what each test used (for traces), below
+                ) -> tuple[torch.Tensor, torch.Tensor]:
     """The sampling rule above for B rounds at once. Returns (accepted [B, D] node indices along each
     row's path, -1 after its end; next_token [B]). Uniforms are drawn [depth + 1, M, B] up front, so
-    `tree_sample_reference` can consume the same draws."""
+    `tree_sample_reference` can consume the same draws.
+
+    `details`, when given, receives per row and node what the node's test used (NaN for nodes the
+    row never tested): "accept_probabilities" [B, N], r(x) = p(x) / (1 − Σ p(rejected earlier
+    siblings)); "uniforms" [B, N], the draw u (accepted when u < r(x)); "tested_against" [B, N, V],
+    r itself; and "residual" [B, V], the r each row's next token was drawn from."""
     batch, inputs, vocab = p.shape
     device = p.device
     kids = tree_children_table(tree, device)  # [N+1, M]
@@ -179,6 +188,11 @@ def tree_sample(tree: TokenTree,
     accepted = torch.full((batch, max(1, max_depth)), -1, dtype=torch.long, device=device)
     final = torch.zeros(batch, vocab, dtype=p.dtype, device=device)  # [B, V] the r each row emits from
     alive = torch.ones(batch, dtype=torch.bool, device=device)
+    if details is not None:
+        nan = float("nan")
+        accept_probabilities = torch.full((batch, len(tree)), nan, dtype=p.dtype, device=device)  # [B, N]
+        tested_uniforms = torch.full((batch, len(tree)), nan, dtype=uniforms.dtype, device=device)  # [B, N]
+        tested_against = torch.full((batch, len(tree), vocab), nan, dtype=p.dtype, device=device)  # [B, N, V]
     for depth in range(max_depth + 1):
         r = p[rows, at].clone()  # [B, V]
         moved = torch.zeros_like(alive)
@@ -187,6 +201,11 @@ def tree_sample(tree: TokenTree,
             child = kids[at, j]  # [B]
             testing = alive & ~moved & (child >= 0)
             x = tokens[child.clamp(min=0)]  # [B]
+            if details is not None:  # before the test can remove x from r
+                tested_rows, tested_nodes = rows[testing], child[testing] - 1  # [T], [T]
+                accept_probabilities[tested_rows, tested_nodes] = r[tested_rows, x[testing]]
+                tested_uniforms[tested_rows, tested_nodes] = uniforms[depth, j, testing]
+                tested_against[tested_rows, tested_nodes] = r[testing]
             take = testing & (uniforms[depth, j] < r[rows, x])
             moved |= take
             target = torch.where(take, child, target)
@@ -201,6 +220,9 @@ def tree_sample(tree: TokenTree,
         at = torch.where(moved, target, at)
         if not bool(alive.any()):
             break
+    if details is not None:
+        details.update(accept_probabilities=accept_probabilities, uniforms=tested_uniforms,
+                       tested_against=tested_against, residual=final)
     return accepted, sample(final, generator)
 
 

@@ -77,6 +77,12 @@ def costs_in_a_temporary_folder(tmp_path_factory):
     os.environ["SPECDEC_COSTS_DIR"] = str(tmp_path_factory.mktemp("costs"))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def checkpoints_in_a_temporary_folder(tmp_path_factory):
+    """Training checkpoints written by tests go to a temporary folder, not the user's cache."""
+    os.environ["SPECDEC_CHECKPOINTS_DIR"] = str(tmp_path_factory.mktemp("checkpoints"))
+
+
 @pytest.fixture(scope="session")
 def tiny_folder(tmp_path_factory) -> Path:
     return make_tiny_model(tmp_path_factory.mktemp("tiny-llama"), "llama", seed=0)

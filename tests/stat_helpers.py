@@ -47,16 +47,19 @@ def accept_everything(draft_tokens, p, q, generator, details=None):
 
 def residual_from_p(draft_tokens, p, q, generator, details=None):
     """A subtler WRONG verifier: the right acceptance test, but a rejection resamples from p instead
-    of norm(max(0, p - q)). It over-produces tokens the draft favours."""
+    of norm(max(0, p - q)). Its output law is min(p, q) + P(reject)·p instead of p: it over-produces
+    the tokens the draft favours (q ≥ p), and after a point-mass draft x is rejected it can draw x
+    again. Where the residual equals p (a rejected point-mass draft with p(x) = 0, or q and p with
+    disjoint supports) it is right, so it fails only tests whose drafts overlap the target's support."""
     from specdec.verify import speculative_sample
 
     num_accepted, _ = speculative_sample(draft_tokens, p, q, generator)
-    rows = torch.arange(p.shape[0])
+    rows = torch.arange(p.shape[0], device=p.device)
     redo = torch.multinomial(p[rows, num_accepted], 1, generator=generator).squeeze(1)
     return num_accepted, redo
 
 
-def tree_accept_first_children(tree, p, generator):
+def tree_accept_first_children(tree, p, generator, details=None):
     """A deliberately WRONG tree verifier (the negative control): it walks down the first child of
     each node to a leaf, accepting all of them, and draws the next token from p there."""
     path, node = [], -1

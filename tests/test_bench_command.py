@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import sys
 
@@ -41,7 +42,8 @@ def test_spec_bench_prompts_group_mt_bench_and_take_turns(tmp_path):
 
 @pytest.mark.parametrize("line,ok", [('{"category": "qa", "turns": ["hi"]}', True), ('{"category": "qa"}', False),
                                      ('{"category": "qa", "turns": []}', False), ("not json", False),
-                                     ('{"category": "qa", "turns": [3]}', False)])
+                                     ('{"category": "qa", "turns": [3]}', False), ('{"category": 3, "turns": ["hi"]}', False),
+                                     ('{"category": {"qa": 1}, "turns": ["hi"]}', False), ('{"category": "", "turns": ["hi"]}', False)])
 def test_spec_bench_records_are_checked(tmp_path, line, ok):
     path = tmp_path / "p.jsonl"
     path.write_text(line + "\n")
@@ -61,6 +63,45 @@ def test_text_and_humaneval_prompts(tmp_path):
     assert "def has_close_elements" in humaneval[0].turns[0]
     with pytest.raises(SpecdecError, match="does not exist"):
         load_prompts(str(tmp_path / "missing.txt"))
+
+
+def test_the_starter_prompts_ship_with_the_package():
+    cases = load_prompts("starter")
+    assert len(cases) == 12
+    categories = ["mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag"]
+    assert {c: sum(case.category == c for case in cases) for c in categories} == {c: 2 for c in categories}
+    assert all(case.turns and all(turn.strip() for turn in case.turns) for case in cases)
+
+
+@pytest.mark.parametrize("name,data,message", [
+    ("photo.txt", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "is not UTF-8 text (byte 0x89 at offset 0)"),
+    ("prompts.txt", gzip.compress(b"a prompt\n"), "is not UTF-8 text (byte 0x8b at offset 1)"),
+    ("prompts.jsonl", gzip.compress(b'{"category": "qa", "turns": ["hi"]}\n'), "is not UTF-8 text (byte 0x8b at offset 1)"),
+    ("latin1.txt", "café au lait\n".encode("latin-1"), "is not UTF-8 text (byte 0xe9 at offset 3)"),
+    ("nul.txt", b"first prompt\nsec\x00ond\n", "is not a text file (a NUL byte at offset 16)"),
+], ids=["png", "gzip", "gzip-jsonl", "latin-1", "nul"])
+def test_a_prompts_file_that_is_not_text_is_refused(tmp_path, name, data, message):
+    path = tmp_path / name
+    path.write_bytes(data)
+    with pytest.raises(SpecdecError) as err:
+        load_prompts(str(path))
+    assert str(err.value).startswith(f"prompts file {path} {message}: give a Spec-Bench .jsonl file, a UTF-8 text file")
+
+
+def test_utf8_text_still_loads(tmp_path):
+    text = tmp_path / "p.txt"
+    text.write_text("Übersetze: café, naïve, 東京\n", encoding="utf-8")
+    assert load_prompts(str(text))[0].turns == ("Übersetze: café, naïve, 東京",)
+    marked = tmp_path / "p.jsonl"  # a byte-order mark, as some editors write one
+    marked.write_bytes(b"\xef\xbb\xbf" + json.dumps({"category": "qa", "turns": ["hi"]}).encode() + b"\n")
+    assert load_prompts(str(marked))[0].turns == ("hi",)
+
+
+def test_bench_names_a_binary_prompts_file(tmp_path, capsys):
+    path = tmp_path / "photo.txt"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")
+    assert main(["bench", "--prompts", str(path), "--out-dir", str(tmp_path / "out")]) == 1
+    assert f"specdec: error: prompts file {path} is not UTF-8 text" in capsys.readouterr().err
 
 
 def test_first_difference():
@@ -136,7 +177,7 @@ def test_a_tiny_bench_writes_report_plots_and_raw_results(tmp_path, tiny_folder,
     ])
     out = tmp_path / "out"
     code = main(["bench", "--model", str(tiny_folder), "--prompts", str(prompts), "--drafter", "ngram", "--drafter", "suffix@1,3",
-                 "--gamma", "2,auto", "--temperature", "0,1", "--max-new-tokens", "6", "--out-dir", str(out)])
+                 "--gamma", "2,auto", "--temperature", "0,1", "--max-new-tokens", "6", "--out-dir", str(out), "--targets", "--json"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     summary = json.loads(captured.out.strip().splitlines()[-1])["summary"]
@@ -148,7 +189,8 @@ def test_a_tiny_bench_writes_report_plots_and_raw_results(tmp_path, tiny_folder,
     assert greedy["methods"]["ngram γ=2"]["predicted_speedup"] is not None
     assert "identical" not in summary["1"]["methods"]["plain"]
     report = (out / "report.md").read_text()
-    assert "## greedy (2 prompts)" in report and "## temperature 1 (2 prompts)" in report and "## Targets" in report
+    assert "## greedy (2 prompts)" in report and "## temperature 1 (2 prompts)" in report
+    assert "## Targets" in report and "transformers' generate (target ≥ 1.3×): " in report  # --targets
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert len(rows) == 4 and [r["turns"] for r in rows] == [1, 1, 2, 2]  # per prompt, then per temperature
     assert all(m["peak_memory_mb"] > 0 for m in greedy["methods"].values())  # Linux: the process's peak RSS
@@ -193,6 +235,32 @@ def test_a_stopped_bench_keeps_the_prompts_it_finished(tmp_path, tiny_folder, ca
     assert "results.partial-" in capsys.readouterr().out and not (out / "results.partial.jsonl").exists()
 
 
+def test_a_default_bench_runs_the_starter_prompts_and_shows_each_step(tmp_path, tiny_folder, capsys, monkeypatch):
+    """No --prompts: the starter set. No --targets, no --json: no verdicts, no JSON line. The
+    progress bar names the prompt and method running."""
+    from rich.progress import Progress
+
+    descriptions, update = [], Progress.update
+
+    def record(self, task, **kwargs):
+        descriptions.append(kwargs.get("description"))
+        update(self, task, **kwargs)
+
+    monkeypatch.setattr(Progress, "update", record)
+    out = tmp_path / "out"
+    code = main(["bench", "--model", str(tiny_folder), "--per-category", "1", "--no-transformers",
+                 "--max-new-tokens", "2", "--out-dir", str(out)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    report = (out / "report.md").read_text()
+    assert "- prompts: starter: 6" in report
+    assert "## Targets" not in report and "target ≥" not in report and "MISSED" not in report
+    assert '"summary"' not in captured.out
+    assert descriptions[:3] == ["prompt 1 of 6 (1, mt_bench): plain", "prompt 1 of 6 (1, mt_bench): ngram",
+                                "prompt 2 of 6 (3, translation): plain"]
+    assert descriptions[-1] == "prompt 6 of 6 (11, rag): ngram"
+
+
 def test_peak_memory_follows_an_allocation_and_resets():
     memory = PeakMemory(torch.device("cpu"))
     if memory.kind is None:
@@ -226,7 +294,7 @@ def test_assisted_baseline_and_repeated_requests(tmp_path, tiny_folder, tiny_dra
     out = tmp_path / "out"
     code = main(["bench", "--model", str(tiny_folder), "--prompts", str(prompts), "--drafter", f"draft:{tiny_draft_folder}",
                  "--drafter", "suffix", "--assistant", str(tiny_draft_folder), "--ask-twice", "--max-new-tokens", "8",
-                 "--out-dir", str(out)])
+                 "--out-dir", str(out), "--json"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     greedy = json.loads(captured.out.strip().splitlines()[-1])["summary"]["0"]

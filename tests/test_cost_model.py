@@ -9,7 +9,7 @@ import pytest
 from specdec import cost_model
 from specdec.analysis import drafter_breakdown
 from specdec.cost_model import CostModel, DraftCost, load_or_measure
-from specdec.drafters import EarlyExitDrafter, PromptLookupDrafter, build_drafter
+from specdec.drafters import EarlyExitDrafter, PromptLookupDrafter, build_drafters
 from specdec.errors import ConfigError
 from specdec.stats import GenerationStats
 from specdec.theory import expected_tokens_per_pass
@@ -131,9 +131,9 @@ def test_breakdown_arithmetic_on_hand_made_stats():
 
 
 def test_auto_drafter_specs(tiny_target):
-    pool = build_drafter("auto", tiny_target)
+    pool = build_drafters("auto", tiny_target)
     assert [d.name for d in pool] == ["ngram", "suffix"]  # the tiny model has 2 layers: no early exit
-    assert [d.name for d in build_drafter("auto:ngram:3, early:1", tiny_target)] == ["ngram:2-3", "early:1"]
+    assert [d.name for d in build_drafters("auto:ngram:3, early:1", tiny_target)] == ["ngram:2-3", "early:1"]
     for bad in ("auto:ngram,none", "auto:ngram,", "auto:auto"):
         with pytest.raises(ConfigError, match="auto"):
-            build_drafter(bad, tiny_target)
+            build_drafters(bad, tiny_target)

@@ -141,9 +141,9 @@ def test_greedy_speculative_equals_plain_on_real_prompts(smollm, early_layers_dr
 def test_greedy_speculative_equals_plain_for_every_drafter(smollm, spec):
     """The shipped EAGLE and Medusa heads (chain and trees), suffix drafting and the policy choosing
     among drafters, on the default model's quantized runtime: every greedy output equals plain decoding's."""
-    from specdec.drafters import build_drafter
+    from specdec.drafters import build_drafters
 
-    engine, plain_engine = Engine(smollm, build_drafter(spec, smollm)), Engine(smollm)
+    engine, plain_engine = Engine(smollm, build_drafters(spec, smollm)), Engine(smollm)
     drafted = 0
     for prompt in PROMPTS:
         ids = plain_engine.encode(prompt)

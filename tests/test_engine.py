@@ -6,9 +6,13 @@ enumeration (40 forward passes). 3,000 seeded generations of 4 tokens are run wi
 prompt lookup, the draft model, early exit, suffix drafting, an EAGLE head as a chain and as a
 tree, and Medusa heads (a static tree) (γ = 3), and with the adaptive policy
 choosing among all four drafters and γ each round ("auto"), and each histogram is compared with the
-exact law by a chi-square test at ALPHA = 1e-3 (false-positive rate 0.1% per test). The negative
-control runs the same speculative engines with a verifier that accepts every draft and must fail
-(p < 1e-3); tree rounds get a verifier that walks down the first children to a leaf.
+exact law by a chi-square test at ALPHA = 1e-3 (false-positive rate 0.1% per test). At 3,000 runs,
+68 of the 81 cells expect at least 5 counts and the other 13 (1.3% of the mass) are pooled: 69 cells,
+68 degrees of freedom, critical chi-square 109.8. The negative control runs the same speculative
+engines with a verifier that accepts every draft and must fail (p < 1e-3); tree rounds get a
+verifier that walks down the first children to a leaf. A second, subtler negative control keeps the
+right acceptance test but resamples a rejected position from p instead of norm(max(0, p − q)); it
+must fail too, for the drafters whose drafts overlap the target's top-3 (see its test).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from specdec.runtime import load_model
 from specdec.runtime.tokenizer import IncrementalDetokenizer
 from specdec.sampling import SamplingParams, logits_to_probs
 from random_heads import random_eagle_head, random_medusa_heads
-from stat_helpers import ALPHA, accept_everything, gof_pvalue, tree_accept_first_children
+from stat_helpers import ALPHA, accept_everything, gof_pvalue, residual_from_p, tree_accept_first_children
 
 # A prompt with repeats, so that prompt lookup finds matches from the first round.
 PROMPT = [5, 9, 12, 7, 5, 9, 12, 7, 30, 5, 9]
@@ -302,5 +306,33 @@ def test_whole_generations_with_the_adaptive_policy_negative_control(tiny_target
 def test_whole_generations_negative_control(tiny_target, draft_model, first_tokens_law, kind, monkeypatch):
     monkeypatch.setattr(engine_module, "speculative_sample", accept_everything)
     monkeypatch.setattr(engine_module, "tree_sample", tree_accept_first_children)
+    drafter = drafters(tiny_target, draft_model)[kind]
+    assert sampled_pvalue(Engine(tiny_target, drafter), first_tokens_law) < ALPHA
+
+
+@pytest.mark.parametrize("kind", ["draft", "early", "suffix"])
+def test_whole_generations_negative_control_resampling_from_p(tiny_target, draft_model, first_tokens_law, kind,
+                                                              monkeypatch):
+    """The subtler wrong verifier (`residual_from_p`: the right acceptance test, but a rejection
+    resamples from p, not from norm(max(0, p − q))) must fail the same whole-run test: 3,000 runs
+    over 81 cells (69 after pooling, 68 dof), fail when p < ALPHA = 1e-3.
+
+    Drafters: the draft model and early exit (full q; the wrong rule over-produces the tokens the
+    draft favours) and suffix drafting (point mass; a rejected draft can be drawn again). Measured
+    when this test was written (seeds 0..2999, as here): p = 1.6e-41 (draft), 2.2e-45 (early),
+    2.7e-161 (suffix); over 10 disjoint blocks of 3,000 seeds the largest p-values were 1.8e-31,
+    1.9e-31 and 5e-155, i.e. estimated noncentralities of about 276, 279 and 975 against a critical
+    value of 109.8: a miss has probability below 1e-17 per test. The right verifier passes on the
+    same seeds (`test_whole_generations_follow_the_target_distribution`; false-positive rate 0.1%).
+
+    Not here, because on this prompt the wrong rule is (nearly) the right one: prompt lookup's few
+    rejected drafts lie outside the target's top-3, where the residual is p itself (4 rejections in
+    300 runs, all with residual = p); the random EAGLE head's q barely overlaps p (20 of 597
+    rejections had residual ≠ p, mean total variation 0.004; p = 0.48 and 0.11 on two seed blocks);
+    tree rounds are verified by `tree_sample`, which this rule does not replace (test_tree has
+    its own wrong tree rules); and the adaptive policy's runs showed no detectable change (p from
+    0.00076 to 0.88 over 10 seed blocks, noncentrality about 1).
+    """
+    monkeypatch.setattr(engine_module, "speculative_sample", residual_from_p)
     drafter = drafters(tiny_target, draft_model)[kind]
     assert sampled_pvalue(Engine(tiny_target, drafter), first_tokens_law) < ALPHA

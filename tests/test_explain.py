@@ -7,15 +7,17 @@ import json
 import re
 
 import pytest
-from browser import CHROMIUM, launch
+from browser import launch, needs_chromium
 
 from specdec.cli import main
 from specdec.drafters import PromptLookupDrafter
 from specdec.engine import Engine, GenerationConfig
 from specdec.explain.command import build_page_data
 from specdec.explain.page import render_page
-from specdec.explain.summary import worked_example
+from specdec.explain.summary import run_summary, worked_example
+from specdec.sampling import SamplingParams
 from specdec.theory import expected_tokens_per_pass
+from specdec.tree import TokenTree
 
 PROMPT = "t5 t9 t12 t7 t5 t9 t12 t7 t5 t9"
 
@@ -40,13 +42,16 @@ def test_page_data_agrees_with_the_run(tiny_target):
 
 
 def test_worked_example_fills_in_the_formulas():
-    row = {"drafter": "ngram", "alpha": 0.6, "gamma": 4, "c": 0.001, "verify_cost": 1.5, "drafting_share": 0.5,
-           "predicted_speedup": 1.23, "measured_speedup": 1.1, "baseline": "plain run"}
+    row = {"drafter": "ngram", "alpha": 0.6, "gamma": 4, "verified_tokens": 4, "c": 0.001, "verify_cost": 1.5,
+           "drafting_share": 0.5, "predicted_speedup": 1.23, "measured_speedup": 1.1, "baseline": "plain run"}
     lines = worked_example(row, {"mat": 1.8})
     e = expected_tokens_per_pass(0.6, 4)
     assert f"= {e:.2f}." in lines[1]
     assert f"= {e / (4 * 0.001 + 1):.2f}×" in lines[2] and f"= {e / (4 * 0.001 + 1.5):.2f}×" in lines[3]
+    assert "a pass over γ + 1 = 5 tokens" in lines[3]
     assert "f = 0.50" in lines[4] and "1.23×" in lines[4] and "MAT 1.80" in lines[5] and "1.10×" in lines[5]
+    tree_lines = worked_example({**row, "verified_tokens": 10}, {"mat": 1.8})  # a tree 4 deep, 10 nodes
+    assert "a pass over its 10 nodes + 1 = 11 tokens" in tree_lines[3]
 
 
 def test_page_is_self_contained_and_escapes_the_run_text(tiny_target):
@@ -70,15 +75,47 @@ def test_explain_command_writes_the_page(tmp_path, tiny_folder, capsys):
     assert "should be an .html file" in capsys.readouterr().err
 
 
-def tree_page_data(tiny_target):
+def tree_engine(tiny_target):
     from random_heads import random_eagle_head
 
     from specdec.drafters import EagleDrafter
 
-    engine = Engine(tiny_target, EagleDrafter(tiny_target, random_eagle_head(tiny_target), name="eagle-tree",
-                                              tree_budget=10, top_k=3))
+    return Engine(tiny_target, EagleDrafter(tiny_target, random_eagle_head(tiny_target), name="eagle-tree",
+                                            tree_budget=10, top_k=3))
+
+
+def tree_page_data(tiny_target, sampling: SamplingParams | None = None):
     ids = tiny_target.tokenizer.encode(PROMPT)
-    return build_page_data(engine, ids, GenerationConfig(max_new_tokens=30, gamma=3, ignore_eos=True), False, "tiny")
+    config = GenerationConfig(max_new_tokens=30, gamma=3, sampling=sampling or SamplingParams(), ignore_eos=True)
+    return build_page_data(tree_engine(tiny_target), ids, config, False, "tiny")
+
+
+def test_a_tree_run_counts_drafted_positions_and_verified_nodes_apart(tiny_target):
+    """"Drafted" means draft positions everywhere (a tree: its depth): the stats, the trace and the
+    summary agree on it and on α; the nodes the passes verified are counted apart, and the breakdown
+    prices a tree round's pass by them."""
+    engine = tree_engine(tiny_target)
+    config = GenerationConfig(max_new_tokens=30, gamma=3, ignore_eos=True, trace=True)
+    result = engine.generate(tiny_target.tokenizer.encode(PROMPT), config)
+    stats, rounds = result.stats, result.rounds
+    tree_rounds = [r for r in rounds if r.tree]
+    assert tree_rounds
+    for r in tree_rounds:
+        depths = TokenTree(r.tree.tokens, r.tree.parents).depths()
+        assert r.drafted == max(depths) < r.verified_tokens == len(r.tree.tokens)
+        assert all(pos.depth == depths[pos.node] for pos in r.positions)
+    assert sum(r.drafted for r in rounds) == stats.drafted == sum(stats.drafted_per_position)
+    assert sum(r.verified_tokens for r in rounds) == stats.verified_tokens > stats.drafted
+    assert sum(r.accepted for r in rounds) == stats.accepted
+    costs = engine.costs(config.max_gamma)
+    summary = run_summary(stats, costs, None)
+    assert (summary["drafted"], summary["verified_tokens"]) == (stats.drafted, stats.verified_tokens)
+    assert summary["alpha"] == stats.accepted / stats.drafted
+    [row] = summary["breakdown"]
+    drafting_rounds = stats.by_drafter["eagle-tree"].drafting_rounds
+    nodes = round(stats.verified_tokens / drafting_rounds)
+    assert row["gamma"] == round(stats.drafted / drafting_rounds) < row["verified_tokens"] == nodes
+    assert row["verify_cost"] == round(costs.target_pass(nodes + 1) / costs.target_pass(1), 3)
 
 
 def test_tree_rounds_keep_their_whole_tree(tiny_target):
@@ -94,7 +131,7 @@ def test_tree_rounds_keep_their_whole_tree(tiny_target):
         assert [tree["tokens"][node] for node in tree["path"]] == r["committed"][:r["accepted"]]
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (make test installs it)")
+@needs_chromium
 def test_a_headless_browser_draws_a_token_tree(tiny_target, tmp_path):
     from playwright.sync_api import sync_playwright
 
@@ -111,10 +148,23 @@ def test_a_headless_browser_draws_a_token_tree(tiny_target, tmp_path):
             page.keyboard.press("ArrowRight")
         assert page.locator("#tree .node").count() == len(tree["tokens"])
         assert page.locator("#tree .node.on-path").count() == len(tree["path"])
+
+        # sampled: the acceptance column shows what the rule accepted each tested candidate with
+        sampled = tree_page_data(tiny_target, SamplingParams(temperature=1.0, seed=5))
+        (tmp_path / "sampled.html").write_text(render_page(sampled))
+        index, r = next((i, r) for i, r in enumerate(sampled["rounds"]) if r["tree"] and any(
+            pos["residual_top"] for pos in r["positions"]))  # a round where a child was tested after a rejected sibling
+        page.goto((tmp_path / "sampled.html").as_uri())
+        for _ in range(index):
+            page.keyboard.press("ArrowRight")
+        assert page.inner_text("#accept-header") == "accept prob. (after rejected siblings)"
+        assert f"{r['verified_tokens']} nodes verified, {len(r['positions'])} of them tested" in page.inner_text("#round-title")
+        cells = page.locator("#positions tr td:nth-child(5)").all_inner_texts()  # the acceptance column
+        assert cells[:-1] == [f"{pos['accept_probability']:.3f}" for pos in r["positions"]]  # the last row: the next token
         browser.close()
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (make test installs it)")
+@needs_chromium
 def test_a_headless_browser_steps_through_the_rounds(tiny_target, tmp_path):
     from playwright.sync_api import sync_playwright
 

@@ -1,23 +1,30 @@
 """Heads and their training on tiny models: batched self-distillation equals one-by-one decoding,
 the unrolled training chain equals drafting step by step, train → save → load → generate (greedy
-output equal to plain decoding), a stopped training resumes to the same weights, bad heads are refused."""
+output equal to plain decoding), a stopped training resumes to the same weights, a trained folder holds
+the result only (no checkpoints), bad heads are refused."""
 
 from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 import torch
 
-from specdec.drafters import build_drafter
+from specdec.drafters import build_drafters
 from specdec.engine import Engine, GenerationConfig
 from specdec.errors import ConfigError, SpecdecError
 from specdec.heads.eagle import EagleConfig, EagleHead
 from specdec.runtime.kv_cache import StaticKVCache
-from specdec.runtime.llama import LlamaModel
+from specdec.runtime.llama import cache_attention_mask
 from specdec.train.distill import distill, generate_batch, load_sequences
 from specdec.train.eagle import train_eagle
+from specdec.train.loop import (
+    CHECKPOINT_STATE,
+    CHECKPOINT_WEIGHTS,
+    default_checkpoint_dir,
+)
 from specdec.train.unroll import GrowingCache, unrolled_predictions
 
 
@@ -54,7 +61,7 @@ def test_unrolled_chain_equals_drafting_step_by_step():
             def feed(f, e, position):
                 past, n = cache.length, f.shape[0]
                 causal = past == 0 and n > 1
-                mask = None if causal else LlamaModel._attention_mask(past, n, None, "cpu")
+                mask = None if causal else cache_attention_mask(past, n, None, "cpu")
                 out = head(f[None], e[None], torch.arange(position, position + n)[None], cache, mask, causal)
                 cache.advance(n)
                 return out[0, -1]
@@ -95,8 +102,8 @@ def test_train_save_load_generate(tiny_target, tiny_data, tmp_path):
     assert meta["kind"] == "eagle" and meta["config"]["draft_vocab"] == 48 and len(meta["history"]) == 3
     first, last = info["history"][0], info["history"][-1]
     assert last["loss"] < first["loss"]  # it learned something on held-out sequences
-    assert_greedy_equal(tiny_target, build_drafter(f"eagle:{tmp_path / 'head'}", tiny_target))
-    assert_greedy_equal(tiny_target, build_drafter(f"eagle-tree:{tmp_path / 'head'}", tiny_target))
+    assert_greedy_equal(tiny_target, build_drafters(f"eagle:{tmp_path / 'head'}", tiny_target))
+    assert_greedy_equal(tiny_target, build_drafters(f"eagle-tree:{tmp_path / 'head'}", tiny_target))
 
 
 def assert_greedy_equal(target, drafter) -> None:
@@ -116,7 +123,7 @@ def test_medusa_train_save_load_generate(tiny_target, tiny_data, tmp_path):
     first, last = info["history"][0], info["history"][-1]
     assert len(last["top1_per_head"]) == 3 and last["chain_mat"] >= 1.0
     assert sum(last["top1_per_head"]) >= sum(first["top1_per_head"])
-    drafter = build_drafter(f"medusa:{tmp_path / 'medusa'}", tiny_target)  # the default tree, cut to 3 deep
+    [drafter] = build_drafters(f"medusa:{tmp_path / 'medusa'}", tiny_target)  # the default tree, cut to 3 deep
     assert drafter.max_nodes == 14
     assert_greedy_equal(tiny_target, drafter)
 
@@ -153,7 +160,10 @@ def test_draft_model_distils_saves_loads_generates(tiny_target, tiny_data, tmp_p
     assert after["kl"] < before["kl"] and after["alpha_t1"] > before["alpha_t1"]
     assert json.loads((tmp_path / "draft" / "training.json").read_text())["layers"] == 1
     assert sorted(p.name for p in (tmp_path / "draft").glob("*.safetensors")) == ["model.safetensors"]
-    assert_greedy_equal(tiny_target, build_drafter(f"draft:{tmp_path / 'draft'}", tiny_target))
+    model_folder = {p.name for p in (tmp_path / "draft").iterdir()}  # a model folder with the target's tokenizer files
+    assert model_folder == {p.name for p in Path(tiny_target.folder).iterdir()} | {"training.json"}  # no checkpoints
+    assert not default_checkpoint_dir(tmp_path / "draft").exists()  # deleted once the model folder is written
+    assert_greedy_equal(tiny_target, build_drafters(f"draft:{tmp_path / 'draft'}", tiny_target))
 
 
 def test_a_stopped_training_resumes_to_the_same_weights(tiny_target, tiny_data, tmp_path):
@@ -169,9 +179,13 @@ def test_a_stopped_training_resumes_to_the_same_weights(tiny_target, tiny_data, 
 
     with pytest.raises(Stop):
         train_eagle(tiny_target, tiny_data, tmp_path / "stopped", progress=stop_at_seven, **settings)
+    checkpoints = default_checkpoint_dir(tmp_path / "stopped")  # kept for the resumption, outside the output folder
+    assert {p.name for p in checkpoints.iterdir()} == {CHECKPOINT_WEIGHTS, CHECKPOINT_STATE}
+    assert not any((tmp_path / "stopped").iterdir())
     logged = []
     train_eagle(tiny_target, tiny_data, tmp_path / "stopped", **{**settings, "log": logged.append})
     assert logged[0].startswith("resuming at step 6")  # the last checkpoint before the stop
+    assert not checkpoints.exists()  # the head is written: the checkpoints are gone
     from safetensors.torch import load_file
 
     a = load_file(str(tmp_path / "straight" / "head.safetensors"))
@@ -179,23 +193,47 @@ def test_a_stopped_training_resumes_to_the_same_weights(tiny_target, tiny_data, 
     assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
 
 
+def test_a_trained_head_folder_holds_the_head_only(tiny_folder, tmp_path, capsys):
+    """`specdec train eagle --out DIR` leaves the head's two files in DIR; the checkpoints it kept
+    elsewhere during training (the folder it printed) are deleted once the head is written."""
+    from specdec.cli import main
+
+    out = tmp_path / "head"
+    code = main(["train", "eagle", "--model", str(tiny_folder), "--data", str(tmp_path / "data"), "--out", str(out),
+                 "--prompts", "8", "--max-new-tokens", "8", "--batch-size", "8", "--draft-vocab", "48", "--depth", "2",
+                 "--epochs", "1"])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert sorted(p.name for p in out.iterdir()) == ["head.json", "head.safetensors"]
+    checkpoints = default_checkpoint_dir(out)
+    assert f"checkpoints: {checkpoints} (" in printed
+    assert not checkpoints.exists()
+    custom = tmp_path / "my-checkpoints"
+    assert main(["train", "eagle", "--model", str(tiny_folder), "--data", str(tmp_path / "data"), "--out",
+                 str(tmp_path / "head2"), "--checkpoint-dir", str(custom), "--prompts", "8", "--max-new-tokens", "8",
+                 "--batch-size", "8", "--draft-vocab", "48", "--depth", "2", "--epochs", "1"]) == 0
+    assert f"checkpoints: {custom} (" in capsys.readouterr().out
+    assert sorted(p.name for p in (tmp_path / "head2").iterdir()) == ["head.json", "head.safetensors"]
+    assert not custom.exists()
+
+
 def test_bad_heads_are_refused(tiny_target, tmp_path):
     with pytest.raises(ConfigError, match="not a trained head"):
-        build_drafter(f"eagle:{tmp_path}", tiny_target)
+        build_drafters(f"eagle:{tmp_path}", tiny_target)
     (tmp_path / "head.json").write_text(json.dumps({"kind": "medusa", "config": {}}))
     (tmp_path / "head.safetensors").write_bytes(b"")
     with pytest.raises(ConfigError, match="'medusa' head, not 'eagle'"):
-        build_drafter(f"eagle:{tmp_path}", tiny_target)
+        build_drafters(f"eagle:{tmp_path}", tiny_target)
     config = {**EagleConfig.for_target(tiny_target.net.config, 10).to_dict(), "hidden_size": 99}
     (tmp_path / "head.json").write_text(json.dumps({"kind": "eagle", "config": config, "target": "other"}))
     with pytest.raises(ConfigError, match="trained for a model"):
-        build_drafter(f"eagle:{tmp_path}", tiny_target)
+        build_drafters(f"eagle:{tmp_path}", tiny_target)
     config["hidden_size"] = tiny_target.net.config.hidden_size
     (tmp_path / "head.json").write_text(json.dumps({"kind": "eagle", "config": config}))
     with pytest.raises(ConfigError, match="not a readable safetensors file"):
-        build_drafter(f"eagle:{tmp_path}", tiny_target)
+        build_drafters(f"eagle:{tmp_path}", tiny_target)
     with pytest.raises(ConfigError, match="no eagle head is shipped for"):
-        build_drafter("eagle", tiny_target)
+        build_drafters("eagle", tiny_target)
 
 
 def test_eagle_tree_leaves_out_tokens_the_sampling_transform_cuts():

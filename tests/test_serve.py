@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from openai import OpenAI
 
 from specdec.cli import main
-from specdec.drafters import build_drafter
+from specdec.drafters import build_drafters
 from specdec.runtime import load_model
 from specdec.serve.app import ServeSettings, Service, create_app
 from specdec.serve.load_test import run_load_test
@@ -70,9 +70,7 @@ class LiveServer:
 
 def make_service(folder, drafter="ngram", **settings) -> Service:
     target = load_model(str(folder))
-    built = build_drafter(drafter, target)
-    drafters = built if isinstance(built, list) else [built] if built else []
-    service = Service(target, drafters, ServeSettings(model_id=MODEL, **settings))
+    service = Service(target, build_drafters(drafter, target), ServeSettings(model_id=MODEL, **settings))
     service.prepare()
     return service
 

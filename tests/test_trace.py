@@ -94,3 +94,46 @@ def test_point_mass_drafts_are_traced_with_q_none(tiny_target):
     check_agrees_with_run(result, kinds, tiny_target.tokenizer)
     positions = [pos for r in result.rounds for pos in r.positions]
     assert positions and all(pos.q is None and not pos.draft_top and pos.accept_probability == pos.p for pos in positions)
+
+
+def test_tree_candidates_record_the_acceptance_probability_after_rejected_siblings(tiny_target):
+    """Sampling a token tree, the rule tests a node's children in order, each against r: p with the
+    siblings rejected before it removed, renormalised. So a later child is accepted with probability
+    r(x) = p(x) / (1 − Σ p(rejected siblings)), not p(x), and that is what the trace records."""
+    from random_heads import random_eagle_head
+
+    from specdec.drafters import EagleDrafter
+
+    engine = Engine(tiny_target, EagleDrafter(tiny_target, random_eagle_head(tiny_target), name="eagle-tree",
+                                              tree_budget=10, top_k=3))
+    config = GenerationConfig(max_new_tokens=60, gamma=3, sampling=SamplingParams(temperature=1.0, seed=5), trace=True,
+                              ignore_eos=True)
+    result = engine.generate(PROMPT, config)
+    tree_rounds = [r for r in result.rounds if r.tree]  # the others: too close to the token budget to draft
+    assert len(tree_rounds) > 10
+    tested_after_rejections = 0
+    for r in tree_rounds:
+        tree = r.tree
+        assert [pos.node for pos in r.positions if pos.verdict == ACCEPTED] == tree.path
+        assert r.committed == ([tree.tokens[node] for node in tree.path] + [r.next_token])[:len(r.committed)]
+        tested_before: dict[int, list] = {}  # parent node → its children tested so far, in order
+        for pos in r.positions:
+            siblings = tested_before.setdefault(tree.parents[pos.node], [])
+            assert all(s.verdict == REJECTED for s in siblings) and pos.q is None
+            rejected_mass = sum(s.p for s in siblings)
+            assert pos.accept_probability == pytest.approx(pos.p / (1 - rejected_mass), rel=1e-4)
+            assert (pos.uniform < pos.accept_probability) == (pos.verdict == ACCEPTED)
+            if rejected_mass > 1e-3 and pos.p > 1e-3:
+                tested_after_rejections += 1
+                assert pos.accept_probability != pytest.approx(pos.p, rel=1e-3)
+                assert pos.residual_top and sum(entry.prob for entry in pos.residual_top) <= 1 + 1e-5
+                assert all(entry.prob == 0 for entry in pos.residual_top if entry.id in {s.token for s in siblings})
+            siblings.append(pos)
+        if r.next_kind == CORRECTED:  # every child of the last accepted node was rejected: drawn from what is left
+            assert r.next_from == "residual"
+            rejected = {pos.token for pos in r.positions if pos.depth == r.accepted + 1}
+            assert r.next_top and all(entry.id not in rejected for entry in r.next_top)
+    assert tested_after_rejections > 0
+    untraced = engine.generate(PROMPT, GenerationConfig(max_new_tokens=60, gamma=3,
+                                                        sampling=SamplingParams(temperature=1.0, seed=5), ignore_eos=True))
+    assert untraced.token_ids == result.token_ids  # recording consumes no random draws

@@ -1,5 +1,6 @@
 """`specdec bench`: will speculative decoding be faster on my prompts, on my machine, and by how much?
 
+    specdec bench                      # the built-in starter prompts (12, 2 of each Spec-Bench category)
     specdec bench --prompts ../shared/workloads/spec_bench_dev.jsonl --per-category 5 --drafter ngram
     specdec bench --prompts prompts.txt --drafter ngram --drafter suffix --gamma 1,2,4,8,auto --temperature 0,1
     specdec bench --prompts humaneval --per-category 20 --drafter draft:MODEL --assistant MODEL
@@ -12,8 +13,12 @@ Methods, side by side in one process (see runner.py for the interleaving):
                   llama-cpp-python, an optional extra: pip install -e '.[llamacpp]')
     plain         this project's plain decoding
     SPEC [γ=G]    this project with each `--drafter` at each `--gamma`
-Writes to `--out-dir`: report.md, results.jsonl and three PNG plots; prints a table, then one
-JSON summary as the last line. While it runs, each finished prompt is appended to
+`--prompts` is a Spec-Bench .jsonl file, a text file (one prompt a line), or a built-in set:
+`starter` (the default; shipped with the package, see prompts.py) or `humaneval`.
+Writes to `--out-dir`: report.md, results.jsonl and three PNG plots, and prints a table; the
+report states results, and this project's own targets, met or missed, only with `--targets` (as
+`make bench` runs it). With `--json` the summary is printed as one JSON line on standard output
+(tables and messages go to standard error). While it runs, each finished prompt is appended to
 results.partial.jsonl (same format), so that a run stopped halfway keeps what it measured. A
 finished report already in `--out-dir` is not overwritten unless `--force` is given.
 """
@@ -55,7 +60,9 @@ def temperature_list(text: str) -> list[float]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="smollm2-135m", help="built-in name, Hugging Face folder or .gguf file")
-    p.add_argument("--prompts", required=True, help="a Spec-Bench .jsonl file, a text file (one prompt a line), or humaneval")
+    p.add_argument("--prompts", default="starter",
+                   help="a Spec-Bench .jsonl file, a text file (one prompt a line), or a built-in set: starter "
+                        "(12 prompts, 2 of each Spec-Bench category) or humaneval (default: starter)")
     p.add_argument("--drafter", action="append", default=None,
                    help="a drafter spec (repeatable; default: ngram); SPEC@G1,G2 runs it at these γ instead of --gamma")
     p.add_argument("--gamma", type=gamma_list, default=["auto"], help="comma-separated γ: numbers and/or auto (default: auto)")
@@ -72,11 +79,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also run llama.cpp's plain decoding on the same GGUF (needs llama-cpp-python)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--weights", default="auto", help="auto | float32 | bfloat16 | int8 | int4 (default: auto, see specdec generate --help)")
-    from specdec.cli import no_compile_arg
+    from specdec.options import add_no_compile_arg
 
-    no_compile_arg(p)
+    add_no_compile_arg(p)
     p.add_argument("--out-dir", type=Path, default=DEFAULT_OUT, help=f"where the report goes (default: {DEFAULT_OUT})")
     p.add_argument("--force", action="store_true", help="overwrite a report already in --out-dir")
+    p.add_argument("--targets", action="store_true",
+                   help="add this project's speed targets, met or missed, to the report (what make bench checks)")
+    p.add_argument("--json", action="store_true",
+                   help="print only the summary as one JSON line on standard output (tables and messages go to standard error)")
 
 
 def _check(args) -> None:
@@ -95,7 +106,7 @@ def _check(args) -> None:
 
 def build_methods(args, target, console) -> dict[float, list]:
     from specdec.bench.methods import SpecdecMethod, TransformersMethod, load_transformers_model
-    from specdec.drafters import build_drafter
+    from specdec.drafters import build_drafters
     from specdec.engine import Engine
     from specdec.runtime import load_model
 
@@ -109,7 +120,7 @@ def build_methods(args, target, console) -> dict[float, list]:
         for gamma in gammas:
             # one row per (drafter, γ); a bare spec is γ = auto (the targets check those rows)
             name = spec if gamma == "auto" and len(gammas) == 1 else f"{spec} γ={gamma}"
-            engine = Engine(target, build_drafter(spec, target, device=args.device))
+            engine = Engine(target, build_drafters(spec, target, device=args.device))
             ours.append(SpecdecMethod(name, engine, gamma))
     with console.status("reading the cost model (measuring it on this machine the first time)"):
         for method in ours:
@@ -158,6 +169,7 @@ def _llama_cpp_gguf(args):
 
 
 def run(args, console) -> int:
+    from rich.markup import escape
     from rich.progress import Progress
 
     from specdec.bench.memory import PeakMemory
@@ -192,8 +204,14 @@ def run(args, console) -> int:
     try:
         with Progress(console=console, transient=True) as progress:
             task = progress.add_task(f"{len(cases)} prompts × {len(methods_at)} temperatures", total=total)
+
+            def show(done, number, case, temperature, method):
+                at = f" at T = {temperature:g}" if len(methods_at) > 1 else ""
+                progress.update(task, completed=done, description=escape(
+                    f"prompt {number} of {len(cases)} ({case.id}, {case.category}): {method}{at}"))
+
             rows = run_bench(cases, methods_at, target.tokenizer, args.max_new_tokens, args.repeats, target.net.device,
-                             progress=lambda: progress.advance(task), on_row=keep)
+                             progress=show, on_row=keep)
     except KeyboardInterrupt:
         console.print(f"stopped: the prompts finished so far are in {partial}")
         raise
@@ -208,25 +226,29 @@ def run(args, console) -> int:
         "settings": f"max_new_tokens {args.max_new_tokens}, repeats {args.repeats}, temperatures {args.temperature}",
         "peak memory": PeakMemory(target.net.device).description,
     }
-    files = write_report(rows, summary, header, args.out_dir)
+    files = write_report(rows, summary, header, args.out_dir, targets=args.targets)
     partial.unlink()  # all of it is in results.jsonl now
     _print_table(summary, console)
     console.print("wrote " + ", ".join(str(f) for f in files))
-    print(json.dumps({"out_dir": str(args.out_dir), "summary": summary}))
+    if args.json:
+        print(json.dumps({"out_dir": str(args.out_dir), "summary": summary}))
     return 0
 
 
 def _print_table(summary: dict, console) -> None:
+    from rich import box
     from rich.table import Table
 
     from specdec.bench.metrics import HF_GENERATE, LLAMA_CPP
 
     for temperature, result in summary.items():
-        table = Table(title=f"{result['prompts']} prompts, " + ("greedy" if temperature == "0" else f"T = {temperature}"))
+        table = Table(title=f"{result['prompts']} prompts, " + ("greedy" if temperature == "0" else f"T = {temperature}"),
+                      box=box.SIMPLE_HEAD, pad_edge=False)  # fits 80 columns with every baseline
         has_hf, has_llama = HF_GENERATE in result["methods"], LLAMA_CPP in result["methods"]
         cols = (["method", "tokens/s"] + (["× hf"] if has_hf else []) + (["× llama.cpp"] if has_llama else [])
                 + ["× plain", "predicted", "MAT", "α"] + (["identical"] if temperature == "0" else []))
-        for col in cols:
+        table.add_column(cols[0], min_width=max(len(name) for name in result["methods"]))  # method names are never cut
+        for col in cols[1:]:
             table.add_column(col, justify="right")
         for name, m in result["methods"].items():
             cells = [name, f"{m['tokens_per_second']['median']:.2f}"]
@@ -235,9 +257,9 @@ def _print_table(summary: dict, console) -> None:
             if has_llama:
                 cells.append(f"{m['speedup_vs_llama_cpp']:.2f}")
             predicted = m.get("predicted_speedup")
-            cells += [f"{m['speedup_vs_plain']:.2f}", f"{predicted:.2f}" if predicted is not None else "-",
-                      f"{m['mean_accepted_tokens']:.2f}" if "mean_accepted_tokens" in m else "-",
-                      f"{m['acceptance_rate']:.2f}" if "acceptance_rate" in m else "-"]
+            cells += [f"{m['speedup_vs_plain']:.2f}", f"{predicted:.2f}" if predicted is not None else "–",
+                      f"{m['mean_accepted_tokens']:.2f}" if "mean_accepted_tokens" in m else "–",
+                      f"{m['acceptance_rate']:.2f}" if m.get("acceptance_rate") is not None else "–"]
             if temperature == "0":
                 cells.append(f"{m['identical']}/{result['prompts']}")
             table.add_row(*cells)

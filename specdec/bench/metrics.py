@@ -61,7 +61,7 @@ def method_summary(rows: list[dict], name: str, costs=None) -> dict:
         total = merged.total_seconds or 1.0
         out.update({
             "mean_accepted_tokens": round(merged.mean_accepted_tokens, 4),
-            "acceptance_rate": round(merged.acceptance_rate, 4),
+            "acceptance_rate": round(merged.acceptance_rate, 4) if merged.drafted else None,  # None: nothing drafted
             "acceptance_per_position": [round(a, 4) for a in merged.acceptance_per_position],
             "draft_share": round(merged.draft_seconds / total, 4),
             "verify_share": round(merged.verify_seconds / total, 4),
@@ -104,7 +104,7 @@ def summarize(rows: list[dict], costs_by_method: dict | None = None) -> dict:
                 if stats:
                     merged = GenerationStats.merge(stats)
                     entry["mean_accepted_tokens"] = round(merged.mean_accepted_tokens, 4)
-                    entry["acceptance_rate"] = round(merged.acceptance_rate, 4)
+                    entry["acceptance_rate"] = round(merged.acceptance_rate, 4) if merged.drafted else None
                 by_category[category]["methods"][name] = entry
         out[f"{temperature:g}"] = {
             "prompts": len(at),

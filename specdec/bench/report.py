@@ -1,9 +1,12 @@
 """What `specdec bench` writes: a terminal table, a Markdown report, PNG plots, raw JSON lines.
 
-The report states plainly where a measured number falls below a target set by an issue:
+The report states measured results. With `specdec bench --targets` (this project's own benchmark,
+`make bench`) it also states plainly where a measured number falls below a target set by an issue:
     our plain decoding ≥ 1.3× transformers' generate                           (issue 2)
     each drafter's auto γ within 5% of its best fixed γ, never < 0.95× plain   (issue 3)
     EAGLE tree MAT ≥ 3.0                                                       (issue 4)
+    with llama.cpp: our plain decoding ≥ 1.0×, the best auto γ drafter ≥ 1.5× (issue 14)
+`python -m specdec.bench.report RESULTS.jsonl` checks a finished run's targets again (speeds only).
 """
 
 from __future__ import annotations
@@ -107,10 +110,11 @@ def target_notes(summary: dict) -> list[str]:
 
 
 def _fmt(value, spec: str = ".2f", suffix: str = "") -> str:
-    return "-" if value is None else f"{value:{spec}}{suffix}"
+    return "–" if value is None else f"{value:{spec}}{suffix}"  # – : not measured, or nothing to measure
 
 
-def markdown(summary: dict, header: dict) -> str:
+def markdown(summary: dict, header: dict, targets: bool = False) -> str:
+    """The report; `targets` adds the section of this project's targets, met or missed."""
     lines = ["# specdec bench report", ""]
     lines += [f"- {key}: {value}" for key, value in header.items()]
     lines.append("")
@@ -133,7 +137,7 @@ def markdown(summary: dict, header: dict) -> str:
                 cells.append(_fmt(m.get("speedup_vs_llama_cpp")))
             cells += [_fmt(m["speedup_vs_plain"]), _fmt(m.get("predicted_speedup")), _fmt(m.get("mean_accepted_tokens")),
                       _fmt(m.get("acceptance_rate")),
-                      f"{m['draft_share']:.2f} / {m['verify_share']:.2f}" if "draft_share" in m else "-",
+                      f"{m['draft_share']:.2f} / {m['verify_share']:.2f}" if "draft_share" in m else "–",
                       _fmt(m.get("peak_memory_mb"), ".0f", " MB")]
             if temperature == "0":
                 cells.append(f"{m['identical']}/{result['prompts']}")
@@ -167,9 +171,10 @@ def markdown(summary: dict, header: dict) -> str:
             lines.append(f"**{name} differs from plain decoding**: {where}")
         if mismatches:
             lines.append("")
-    notes = target_notes(summary)
-    lines += ["## Targets", ""] + [f"- {n}" for n in notes or ["no targets apply to the methods run"]]
-    lines += ["", "Plots: `speedup_by_category.png`, `acceptance_by_position.png`, `predicted_vs_measured.png`.",
+    if targets:
+        notes = target_notes(summary)
+        lines += ["## Targets", ""] + [f"- {n}" for n in notes or ["no targets apply to the methods run"]] + [""]
+    lines += ["Plots: `speedup_by_category.png`, `acceptance_by_position.png`, `predicted_vs_measured.png`.",
               "Raw per-prompt numbers: `results.jsonl`.", ""]
     return "\n".join(lines)
 
@@ -241,12 +246,12 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def write_report(rows: list[dict], summary: dict, header: dict, out_dir: Path) -> list[Path]:
+def write_report(rows: list[dict], summary: dict, header: dict, out_dir: Path, targets: bool = False) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     results = out_dir / "results.jsonl"
     results.write_text("".join(json.dumps(r) + "\n" for r in raw_rows(rows)))
     report = out_dir / "report.md"
-    report.write_text(markdown(summary, header))
+    report.write_text(markdown(summary, header, targets))
     return [report, results, *plots(summary, out_dir)]
 
 

@@ -57,13 +57,15 @@ def run_case(method, case: PromptCase, tokenizer, sampling: SamplingParams, max_
 def run_bench(cases: list[PromptCase], methods_at: dict[float, list], tokenizer, max_new_tokens: int,
               repeats: int, device: torch.device, progress=None, on_row=None) -> list[dict]:
     """Rows, one per prompt and temperature: {"case": ..., "temperature": t, "runs": {method name: MethodRun}};
-    `on_row(row)` sees each as soon as it is complete (the command writes it down at once)."""
+    `on_row(row)` sees each as soon as it is complete (the command writes it down at once).
+    `progress(done, number, case, temperature, method_name)` is told before each run starts: the runs
+    done so far, then the prompt (the `number`-th of `cases`, from 1), temperature and method to run."""
     memory = PeakMemory(device)
     warm = PromptCase("warm-up", "warm-up", ("Hello",))
     for temperature, methods in methods_at.items():  # first calls pay allocations, lazy imports, cost models
         for method in methods:
             run_case(method, warm, tokenizer, SamplingParams(temperature=temperature, seed=0), 8)
-    rows = []
+    rows, done = [], 0
     for number, case in enumerate(cases):
         for temperature, methods in methods_at.items():
             collected: dict[str, dict] = {m.name: {"ids": None, "rates": [], "seconds": [], "tokens": [], "stats": [],
@@ -71,6 +73,8 @@ def run_bench(cases: list[PromptCase], methods_at: dict[float, list], tokenizer,
             for repeat in range(repeats):
                 sampling = SamplingParams(temperature=temperature, seed=1000 * number + repeat)
                 for method in methods:
+                    if progress:
+                        progress(done, number + 1, case, temperature, method.name)
                     memory.reset()
                     ids, seconds, stats = run_case(method, case, tokenizer, sampling, max_new_tokens)
                     slot = collected[method.name]
@@ -82,8 +86,7 @@ def run_bench(cases: list[PromptCase], methods_at: dict[float, list], tokenizer,
                     slot["seconds"].append(seconds)
                     slot["tokens"].append(len(ids))
                     slot["stats"] += stats
-                    if progress:
-                        progress()
+                    done += 1
             rows.append({"case": case, "temperature": temperature, "runs": {
                 name: MethodRun(s["ids"], s["rates"], s["seconds"], s["tokens"],
                                 GenerationStats.merge(s["stats"]) if s["stats"] else None, s["peak"])

@@ -1,7 +1,7 @@
 """Drafters: one file per proposer, all following `base.Drafter`.
 
-`build_drafter` turns a command-line spec into one:
-    none            plain decoding (no drafter)
+`build_drafters` turns a command-line spec into the list of drafters an `Engine` takes:
+    none            plain decoding (no drafter: an empty list)
     ngram[:N]       prompt lookup with n-grams of 2 to N tokens (default 4)
     draft:MODEL     a separate draft model (built-in name, folder or .gguf) sharing the target's tokenizer
     early:L         self-speculation: the target's own first L layers, norm and LM head
@@ -44,18 +44,25 @@ def auto_drafter_specs(target: LanguageModel) -> list[str]:
     return specs
 
 
-def build_drafter(
+def build_drafters(
     spec: str, target: LanguageModel, *, device: str = "cpu", dtype: str = "float32", runtime: str = "lean"
-) -> Drafter | list[Drafter] | None:
-    """A drafter from its spec; `auto` gives a list, for the engine's adaptive policy to choose from."""
+) -> list[Drafter]:
+    """The drafters of a spec: none for `none`, several for `auto` (the engine's adaptive policy
+    chooses among them each round), else one."""
     kind, _, arg = spec.strip().partition(":")
     if kind == "auto":
         specs = [a.strip() for a in arg.split(",")] if arg else auto_drafter_specs(target)
         if any(not a or a.partition(":")[0] in ("auto", "none") for a in specs):
             raise ConfigError(f"auto:A,B,... needs drafter specs other than none and auto, got '{arg}'")
-        return [build_drafter(a, target, device=device, dtype=dtype, runtime=runtime) for a in specs]
+        return [build_one(a, target, device=device, dtype=dtype, runtime=runtime) for a in specs]
     if kind == "none" and not arg:
-        return None
+        return []
+    return [build_one(spec, target, device=device, dtype=dtype, runtime=runtime)]
+
+
+def build_one(spec: str, target: LanguageModel, *, device: str, dtype: str, runtime: str) -> Drafter:
+    """One drafter from a spec other than none and auto."""
+    kind, _, arg = spec.strip().partition(":")
     if kind == "ngram":
         if not arg:
             return PromptLookupDrafter()
@@ -101,4 +108,4 @@ def shipped_head(target: LanguageModel, kind: str) -> Path:
 
 
 __all__ = ["Draft", "Drafter", "DraftModelDrafter", "EagleDrafter", "EarlyExitDrafter", "MedusaDrafter",
-           "PromptLookupDrafter", "SuffixDrafter", "build_drafter"]
+           "PromptLookupDrafter", "SuffixDrafter", "build_drafters"]

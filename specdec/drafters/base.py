@@ -6,8 +6,8 @@ token was drawn from, after the same temperature / top-k / top-p transform as th
 that look tokens up (n-gram, suffix) return q = None: a point-mass proposal.
 
 A drafter may instead propose a token tree (`Draft.parents`, see tree.py): up to `max_tokens`
-deep, with at most `max_nodes` nodes (the drafter's attribute; the engine reserves that much room in
-the target's cache). Tree nodes are candidates fixed before verification (q = None).
+deep, with at most `max_nodes` nodes (a capability of the drafter, see `Drafter`; the engine reserves
+that much room in the target's cache). Tree nodes are candidates fixed before verification (q = None).
 
 Drafters never change the target model, and leave its cache's length as they found it. A drafter
 with a model of its own owns that model's cache and keeps it in step with `tokens` itself.
@@ -15,9 +15,9 @@ with a model of its own owns that model's cache and keeps it in step with `token
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 
@@ -47,19 +47,35 @@ class Draft:
         return Draft(self.tokens[:k], None if self.q is None else self.q[:k], self.match_length)
 
 
-class Drafter(Protocol):
-    name: str
+class Drafter(ABC):
+    """What every drafter is: a name, `begin`, `propose`, and capabilities with defaults that the
+    engine, the policy and the cost model read (a plain chain drafter overrides none of them)."""
 
+    name: str
+    max_nodes: int = 0  # a tree drafter: the most nodes one proposal holds (the engine reserves that much cache); 0: chains
+    wants_features: bool = False  # True: the engine hands over the target's final hidden states (`accept_features`)
+
+    @abstractmethod
     def begin(self, prompt_ids: list[int], max_len: int, target_cache=None) -> None:
         """Start a new request. `max_len` bounds the length of `tokens` in later calls.
 
         `target_cache` is the target's cache for this request. Only a drafter built from the target
         itself (early exit) uses it, and it must leave its length as it found it."""
 
+    @abstractmethod
     def propose(
         self, tokens: list[int], max_tokens: int, params: SamplingParams, generator: torch.Generator
     ) -> Draft:
         """Propose up to `max_tokens` ids to follow `tokens`."""
+
+    def verified_tokens(self, gamma: int) -> int:
+        """Draft tokens the target verifies when this drafter drafts γ deep: γ for a chain, the
+        number of nodes within depth γ for a tree (what a verification pass costs)."""
+        return gamma
+
+    def accept_features(self, hidden: torch.Tensor) -> None:  # hidden: [n, hidden] of the next n committed tokens
+        """Only for `wants_features` drafters: the target's features of newly committed tokens."""
+        raise NotImplementedError(f"{self.name} does not read the target's features")
 
 
 def full_vocabulary_logits(draft_logits: torch.Tensor, vocab_ids: torch.Tensor, vocab_size: int) -> torch.Tensor:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import torch
 
-from specdec.drafters.base import Draft, draft_chain
+from specdec.drafters.base import Draft, Drafter, draft_chain
 from specdec.errors import ConfigError
 from specdec.runtime.loading import LanguageModel
 from specdec.sampling import SamplingParams
 
 
-class DraftModelDrafter:
+class DraftModelDrafter(Drafter):
     def __init__(self, draft: LanguageModel, target: LanguageModel) -> None:
         check_same_vocabulary(draft, target)
         self.model = draft

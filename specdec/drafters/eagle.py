@@ -14,12 +14,12 @@ from pathlib import Path
 
 import torch
 
-from specdec.drafters.base import Draft, draft_chain, full_vocabulary_logits
+from specdec.drafters.base import Draft, Drafter, draft_chain, full_vocabulary_logits
 from specdec.errors import ConfigError
 from specdec.heads.eagle import EagleConfig, EagleHead
 from specdec.heads.files import load_module
 from specdec.runtime.kv_cache import StaticKVCache
-from specdec.runtime.llama import LlamaModel
+from specdec.runtime.llama import LlamaModel, cache_attention_mask
 from specdec.sampling import SamplingParams, logits_to_probs
 
 
@@ -27,7 +27,7 @@ def load_eagle_head(folder: Path, target) -> EagleHead:
     return load_module(folder, "eagle", target, lambda config: EagleHead(EagleConfig(**config)))
 
 
-class EagleDrafter:
+class EagleDrafter(Drafter):
     """A chain of γ drafts, or with `tree_budget` a dynamic tree (EAGLE-2): γ levels deep, each level
     expanding the `top_k` most probable nodes of the level before by their `top_k` most probable
     next tokens, then keeping the `tree_budget` nodes with the highest path probability (the product
@@ -77,7 +77,7 @@ class EagleDrafter:
         if positions is None:
             position_ids = torch.arange(past, past + n, device=device)[None]  # [1, n]
             causal = past == 0 and n > 1
-            mask = None if causal else LlamaModel._attention_mask(past, n, None, device)
+            mask = None if causal else cache_attention_mask(past, n, None, device)
         else:
             position_ids = torch.tensor([positions], device=device)
             causal = False

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import torch
 
-from specdec.drafters.base import Draft, draft_chain
+from specdec.drafters.base import Draft, Drafter, draft_chain
 from specdec.errors import ConfigError
 from specdec.runtime.llama import LlamaModel
 from specdec.runtime.loading import LanguageModel
 from specdec.sampling import SamplingParams
 
 
-class EarlyExitDrafter:
+class EarlyExitDrafter(Drafter):
     def __init__(self, target: LanguageModel, exit_layer: int) -> None:
         if not isinstance(target.net, LlamaModel):
             raise ConfigError("early-exit drafting needs the lean runtime (--runtime lean)")

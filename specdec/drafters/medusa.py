@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from specdec.drafters.base import Draft, full_vocabulary_logits
+from specdec.drafters.base import Draft, Drafter, full_vocabulary_logits
 from specdec.errors import ConfigError
 from specdec.heads.files import load_module
 from specdec.heads.medusa import MedusaConfig, MedusaHeads
@@ -30,7 +30,7 @@ def load_medusa_heads(folder: Path, target) -> MedusaHeads:
     return load_module(folder, "medusa", target, lambda config: MedusaHeads(MedusaConfig(**config)))
 
 
-class MedusaDrafter:
+class MedusaDrafter(Drafter):
     wants_features = True
 
     def __init__(self, target, heads: MedusaHeads, name: str = "medusa", paths: list[list[int]] | None = None) -> None:

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import torch
 
-from specdec.drafters.base import Draft
+from specdec.drafters.base import Draft, Drafter
 from specdec.errors import ConfigError
 from specdec.sampling import SamplingParams
 
 
-class PromptLookupDrafter:
+class PromptLookupDrafter(Drafter):
     def __init__(self, max_ngram: int = 4, min_ngram: int = 2) -> None:
         if not 1 <= min_ngram <= max_ngram:
             raise ConfigError(f"n-gram sizes must satisfy 1 <= min ({min_ngram}) <= max ({max_ngram})")

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from specdec.drafters.base import Draft
+from specdec.drafters.base import Draft, Drafter
 from specdec.errors import ConfigError, SpecdecError
 from specdec.sampling import SamplingParams
 
@@ -109,7 +109,7 @@ class SuffixAutomaton:
         return path
 
 
-class SuffixDrafter:
+class SuffixDrafter(Drafter):
     def __init__(self, corpus: list[list[int]] | None = None, min_match: int = 2,
                  learn_outputs: bool = False) -> None:
         if min_match < 1:

@@ -68,8 +68,8 @@ function renderText() {
   for (let i = 0; i <= current; i++) {
     const r = rounds[i], kinds = r.kinds;
     r.texts.forEach((t, j) => {
-      if (i === current && j === r.accepted) {  // the drafts the target turned down, struck through
-        r.positions.slice(r.accepted).forEach(p => box.appendChild(el('span', {className: 'ghost ' + p.verdict,
+      if (i === current && j === r.accepted) {  // the drafts past the accepted ones, struck through
+        r.positions.filter(p => p.depth > r.accepted).forEach(p => box.appendChild(el('span', {className: 'ghost ' + p.verdict,
           title: p.verdict + ' draft'}, p.text)));
       }
       box.appendChild(el('span', {className: 'out ' + kinds[j] + (i === current ? ' current' : ''),
@@ -84,15 +84,17 @@ function renderRound() {
   const r = rounds[current];
   $('round-counter').textContent = 'Round ' + current + ' / ' + (rounds.length - 1);
   $('prev').disabled = current === 0; $('next').disabled = current === rounds.length - 1;
-  $('round-title').textContent = current === 0 ? 'Prefill' :
-    (r.drafter ? r.drafter + ', γ = ' + r.gamma + ': ' + r.accepted + ' of ' + r.positions.length + ' drafts accepted'
-               : 'plain step (nothing drafted)');
+  $('round-title').textContent = current === 0 ? 'Prefill' : !r.drafter ? 'plain step (nothing drafted)' :
+    r.drafter + ', γ = ' + r.gamma + ': ' + r.accepted + ' of ' + r.drafted + (r.tree
+      ? ' levels accepted; ' + r.verified_tokens + ' nodes verified, ' + r.positions.length + ' of them tested'
+      : ' drafts accepted');
+  $('accept-header').textContent = r.tree ? 'accept prob. (after rejected siblings)' : 'min(1, p/q)';
   $('round-reason').textContent = r.reason + ' · draft ' + fmt(r.draft_seconds * 1000, 1) + ' ms, verify ' +
     fmt(r.verify_seconds * 1000, 1) + ' ms';
   const body = $('positions'); body.textContent = '';
   r.positions.forEach((p, i) => {
     const tr = el('tr', {className: 'pos' + (focus === i ? ' focus' : '')});
-    [String(i + 1), show(p.text), p.q === null ? '1 (lookup)' : fmt(p.q), fmt(p.p), fmt(p.accept_probability),
+    [String(p.depth), show(p.text), p.q === null ? (r.tree ? '1 (candidate)' : '1 (lookup)') : fmt(p.q), fmt(p.p), fmt(p.accept_probability),
      p.uniform === null ? (data.greedy ? 'argmax' : '–') : fmt(p.uniform), p.verdict].forEach((v, k) =>
       tr.appendChild(el('td', {className: k === 1 ? 'tok' : (k === 6 ? 'v-' + p.verdict : '')}, v)));
     tr.onclick = () => { focus = i; render(); };
@@ -112,7 +114,8 @@ function renderTree(r) {  // a tree round: every node, depth by indentation, the
   if (!r.tree) return;
   const t = r.tree, onPath = new Set(t.path), children = t.parents.map(() => []), roots = [];
   t.parents.forEach((parent, i) => (parent < 0 ? roots : children[parent]).push(i));
-  box.appendChild(el('h2', {}, 'Token tree: ' + t.tokens.length + ' nodes, ' + t.path.length + ' accepted'));
+  box.appendChild(el('h2', {}, 'Token tree: ' + t.tokens.length + ' nodes, ' + r.drafted + ' deep, ' + t.path.length +
+    ' accepted'));
   const visit = (i, depth) => {
     box.appendChild(el('div', {className: 'node' + (onPath.has(i) ? ' on-path' : '')},
       '  '.repeat(depth) + '└ ' + show(t.texts[i])));
@@ -127,7 +130,8 @@ function renderBars(r) {
   const box = $('bars'); box.textContent = '';
   if (focus === 'next' || focus === null || focus >= r.positions.length) {
     $('bars-title').textContent = (r.next_from === 'residual'
-      ? 'Residual norm(max(0, p − q)) at the rejection, the correction drawn from it'
+      ? (r.tree ? 'Residual: p without the rejected candidates, renormalised; the correction drawn from it'
+                : 'Residual norm(max(0, p − q)) at the rejection, the correction drawn from it')
       : (data.greedy ? 'Target softmax (greedy takes the argmax)' : 'Target p')) + ': ' + show(r.next_text);
     r.next_top.forEach(t => { const row = el('div', {className: 'row' + (t.id === r.next_token ? ' chosen' : '')});
       row.appendChild(el('div', {className: 'label'}, show(t.text)));
@@ -135,23 +139,31 @@ function renderBars(r) {
       row.appendChild(el('div', {}, fmt(t.prob))); box.appendChild(row); });
     return;
   }
-  const p = r.positions[focus];
-  $('bars-title').textContent = 'Position ' + (focus + 1) + ', draft ' + show(p.text) + ': ' +
-    (data.greedy ? 'target softmax (blue; greedy accepts only the argmax)' : 'p (blue)') + ' and q (orange)';
-  const ids = new Map();
-  p.target_top.forEach(t => ids.set(t.id, {text: t.text, p: t.prob, q: null}));
-  p.draft_top.forEach(t => { const e = ids.get(t.id) || {text: t.text, p: null, q: null}; e.q = t.prob; ids.set(t.id, e); });
-  if (!ids.has(p.token)) ids.set(p.token, {text: p.text, p: p.p, q: p.q});
+  const p = r.positions[focus], afterSiblings = p.residual_top.length > 0;
+  $('bars-title').textContent = 'Position ' + p.depth + ', draft ' + show(p.text) + ': ' +
+    (data.greedy ? 'target softmax (blue; greedy accepts only the argmax)' : 'p (blue)') +
+    (afterSiblings ? ', r = p without the rejected siblings, renormalised, which it was tested against (purple)' : '') +
+    ' and q (orange)';
+  const ids = new Map(), entry = (t) => ids.get(t.id) || {text: t.text, p: null, q: null, r: null};
+  p.target_top.forEach(t => ids.set(t.id, {text: t.text, p: t.prob, q: null, r: null}));
+  p.draft_top.forEach(t => { const e = entry(t); e.q = t.prob; ids.set(t.id, e); });
+  p.residual_top.forEach(t => { const e = entry(t); e.r = t.prob; ids.set(t.id, e); });
+  if (!ids.has(p.token)) ids.set(p.token, {text: p.text, p: p.p, q: p.q, r: null});
   if (p.q === null) ids.get(p.token).q = 1;
+  if (afterSiblings) ids.get(p.token).r = p.accept_probability;
   [...ids.entries()].sort((a, b) => (b[1].p || 0) - (a[1].p || 0)).forEach(([id, e]) => {
     const row = el('div', {className: 'row' + (id === p.token ? ' chosen' : '')});
     row.appendChild(el('div', {className: 'label'}, show(e.text)));
-    const cell = el('div'); cell.appendChild(bar('p', e.p || 0)); cell.appendChild(bar('q', e.q || 0)); row.appendChild(cell);
-    row.appendChild(el('div', {}, fmt(e.p) + ' / ' + (e.q === null ? '–' : fmt(e.q)))); box.appendChild(row); });
+    const cell = el('div'); cell.appendChild(bar('p', e.p || 0));
+    if (afterSiblings) cell.appendChild(bar('r', e.r || 0));
+    cell.appendChild(bar('q', e.q || 0)); row.appendChild(cell);
+    row.appendChild(el('div', {}, fmt(e.p) + (afterSiblings ? ' / ' + fmt(e.r) : '') + ' / ' +
+      (e.q === null ? '–' : fmt(e.q)))); box.appendChild(row); });
 }
 
-function defaultFocus() { const r = rounds[current];
-  return r.accepted < r.positions.length ? r.accepted : 'next'; }
+function defaultFocus() {  // the first draft past the accepted ones, if any
+  const first = rounds[current].positions.findIndex(p => p.depth > rounds[current].accepted);
+  return first >= 0 ? first : 'next'; }
 
 function render() { renderText(); renderRound(); }
 function go(i) { current = Math.max(0, Math.min(rounds.length - 1, i)); focus = defaultFocus(); render(); }
@@ -167,8 +179,10 @@ document.addEventListener('keydown', (e) => {
 function renderSummary() {
   const s = data.summary, t = $('summary-table');
   const rows = [['new tokens', s.new_tokens], ['target passes', s.target_passes],
-    ['drafted / accepted', s.drafted + ' / ' + s.accepted], ['α (accepted / drafted)', fmt(s.alpha)],
-    ['mean γ (tokens per proposal)', fmt(s.mean_gamma, 2)], ['MAT (tokens per pass)', fmt(s.mat, 2)],
+    ['drafted / accepted (draft positions: a tree counts its depth)', s.drafted + ' / ' + s.accepted],
+    ['α (accepted / drafted)', fmt(s.alpha)],
+    ...(s.verified_tokens !== s.drafted ? [['draft tokens verified (a tree: its nodes)', s.verified_tokens]] : []),
+    ['mean γ (draft positions per proposal)', fmt(s.mean_gamma, 2)], ['MAT (tokens per pass)', fmt(s.mat, 2)],
     ['tokens per second', fmt(s.tokens_per_second, 2)],
     ['plain decoding, tokens per second', s.plain_tokens_per_second === null ? 'not run' : fmt(s.plain_tokens_per_second, 2)],
     ['measured speed-up', s.speedup === null ? 'not measured' : fmt(s.speedup, 2) + '×']];
@@ -203,7 +217,7 @@ BODY = """
   <section>
     <h2 id="round-title"></h2>
     <div class="reason" id="round-reason"></div>
-    <table><thead><tr><th>#</th><th>token</th><th>q(x)</th><th>p(x)</th><th>min(1, p/q)</th><th>u</th><th>verdict</th></tr></thead>
+    <table><thead><tr><th>#</th><th>token</th><th>q(x)</th><th>p(x)</th><th id="accept-header">min(1, p/q)</th><th>u</th><th>verdict</th></tr></thead>
     <tbody id="positions"></tbody></table>
     <div id="tree"></div>
     <h2 id="bars-title" style="margin-top:12px"></h2>
@@ -215,7 +229,7 @@ BODY = """
     <h2 style="margin-top:12px">Per drafter: the seed formula on this run's own numbers</h2>
     <table><thead><tr><th>drafter</th><th>rounds</th><th>f</th><th>γ</th><th>α</th><th>c</th><th>v</th><th>predicted</th><th>costed</th><th>measured</th></tr></thead>
     <tbody id="breakdown"></tbody></table>
-    <p class="hint">f: share of its rounds that drafted; c: draft cost per token / one target pass; v: a pass over γ + 1 tokens / a one-token pass; predicted: the seed formula with α, γ, c, v; costed: the cost model with the acceptance as it happened.</p>
+    <p class="hint">f: share of its rounds that drafted; c: draft cost per token / one target pass; v: a pass over the verified draft tokens + 1 (a chain: γ + 1; a tree: its nodes + 1) / a one-token pass; predicted: the seed formula with α, γ, c, v; costed: the cost model with the acceptance as it happened.</p>
     <h2>Worked example</h2>
     <ul id="worked"></ul>
   </section>

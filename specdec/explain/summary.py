@@ -13,7 +13,7 @@ def run_summary(stats: GenerationStats, costs: CostModel | None, plain: Generati
     drafting_rounds = sum(t.drafting_rounds for name, t in stats.by_drafter.items() if name != "plain")
     out = {
         "new_tokens": stats.new_tokens, "target_passes": stats.target_passes, "rounds": stats.rounds,
-        "drafted": stats.drafted, "accepted": stats.accepted,
+        "drafted": stats.drafted, "accepted": stats.accepted, "verified_tokens": stats.verified_tokens,
         "alpha": stats.acceptance_rate, "mean_gamma": stats.drafted / drafting_rounds if drafting_rounds else 0.0,
         "mat": stats.mean_accepted_tokens, "tokens_per_second": stats.tokens_per_second,
         "plain_tokens_per_second": plain.tokens_per_second if plain else None,
@@ -30,16 +30,18 @@ def run_summary(stats: GenerationStats, costs: CostModel | None, plain: Generati
 def worked_example(row: dict, measured: dict) -> list[str]:
     """The seed formulas filled in with one drafter's numbers from the run, line by line."""
     alpha, gamma, c, v, f = row["alpha"], row["gamma"], row["c"], row["verify_cost"], row["drafting_share"]
+    verified = row["verified_tokens"]  # a chain: γ; a tree: its nodes
+    pass_tokens = f"γ + 1 = {gamma + 1}" if verified == gamma else f"its {verified} nodes + 1 = {verified + 1}"
     e = expected_tokens_per_pass(alpha, gamma)
     seed = e / (gamma * c + 1)
     costed = e / (gamma * c + v)
     lines = [
-        f"{row['drafter']}: α = {alpha:.3f} (accepted / drafted), γ = {gamma} (mean proposal, rounded), "
+        f"{row['drafter']}: α = {alpha:.3f} (accepted / drafted), γ = {gamma} (mean draft positions per proposal, rounded), "
         f"c = {c:.4f} (draft cost per token / one target pass).",
         (f"Expected tokens per pass: E = (1 − α^(γ+1)) / (1 − α) = (1 − {alpha:.3f}^{gamma + 1}) / (1 − {alpha:.3f}) = {e:.2f}."
          if alpha < 1 else f"Expected tokens per pass: with α = 1 every draft is accepted, E = γ + 1 = {e:.2f}."),
         f"Seed formula: S = E / (γc + 1) = {e:.2f} / ({gamma} × {c:.4f} + 1) = {seed:.2f}×.",
-        f"Here a pass over γ + 1 = {gamma + 1} tokens costs v = {v:.2f} one-token passes: S = E / (γc + v) = "
+        f"Here a pass over {pass_tokens} tokens costs v = {v:.2f} one-token passes: S = E / (γc + v) = "
         f"{e:.2f} / ({gamma} × {c:.4f} + {v:.2f}) = {costed:.2f}×.",
     ]
     if f < 1:

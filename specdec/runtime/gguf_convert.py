@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from specdec.announce import announce
 from specdec.errors import ModelLoadError
 
 CONVERSION_VERSION = 1
@@ -53,6 +54,7 @@ def converted_folder(gguf_path: Path) -> Path:
     if (folder / "model.safetensors").exists():
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
+    announce(f"converting {gguf_path.name} once for this runtime (about 15 s for a small model) into {folder}")
     staging = Path(tempfile.mkdtemp(prefix=key + ".", dir=folder.parent))
     try:
         _convert(gguf_path, staging)

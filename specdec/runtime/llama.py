@@ -241,7 +241,7 @@ class LlamaModel(nn.Module):
             mask = None
             tree_mask = NO_TREE_MASK if tree_mask is None else tree_mask.to(torch.bool)
         else:
-            mask = None if causal else self._attention_mask(past, seq, tree_mask, input_ids.device)
+            mask = None if causal else cache_attention_mask(past, seq, tree_mask, input_ids.device)
             tree_mask = NO_TREE_MASK
         if slot_mask is not None:
             mask = self._with_slot_mask(mask, slot_mask, past, seq)
@@ -299,13 +299,13 @@ class LlamaModel(nn.Module):
         itself[torch.arange(seq), past + torch.arange(seq)] = True
         return mask & slot_mask[:, None, None, : past + seq] | itself
 
-    @staticmethod
-    def _attention_mask(past: int, seq: int, tree_mask: torch.Tensor | None, device) -> torch.Tensor | None:
-        """[1, 1, T, past + T] bool: every new token sees the cache, and the new tokens per `tree_mask`
-        (causal by default). None when a single token is added (it sees everything)."""
-        if tree_mask is None:
-            if seq == 1:
-                return None
-            tree_mask = torch.ones(seq, seq, dtype=torch.bool, device=device).tril()
-        prefix = torch.ones(seq, past, dtype=torch.bool, device=device)
-        return torch.cat((prefix, tree_mask.to(device)), dim=1)[None, None]
+
+def cache_attention_mask(past: int, seq: int, tree_mask: torch.Tensor | None, device) -> torch.Tensor | None:
+    """[1, 1, T, past + T] bool: every new token sees the cache, and the new tokens per `tree_mask`
+    (causal by default). None when a single token is added (it sees everything)."""
+    if tree_mask is None:
+        if seq == 1:
+            return None
+        tree_mask = torch.ones(seq, seq, dtype=torch.bool, device=device).tril()
+    prefix = torch.ones(seq, past, dtype=torch.bool, device=device)
+    return torch.cat((prefix, tree_mask.to(device)), dim=1)[None, None]

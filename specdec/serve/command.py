@@ -8,12 +8,13 @@ import os
 import signal
 
 from specdec.errors import SpecdecError
+from specdec.options import add_json_arg, add_target_args, gamma_arg, load_engine
 
 API_KEY_ENV = "SPECDEC_API_KEY"
 
 
-def add_arguments(p: argparse.ArgumentParser, target_args, gamma_arg) -> None:
-    target_args(p)
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_target_args(p)
     p.add_argument("--gamma", type=gamma_arg, default="auto",
                    help="default tokens drafted per round when a request does not say: a whole number or auto (default)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, loopback only)")
@@ -49,17 +50,12 @@ def is_loopback(host: str) -> bool:
 
 
 def build_service(args, console):
-    from specdec.drafters import build_drafter
-    from specdec.runtime import load_model
     from specdec.serve.app import ServeSettings, Service
 
-    with console.status(f"loading {args.model}"):
-        target = load_model(args.model, device=args.device, dtype=args.dtype, runtime=args.runtime, weights=args.weights)
-        drafter = build_drafter(args.drafter, target, device=args.device, dtype=args.dtype, runtime=args.runtime)
-    drafters = list(drafter) if isinstance(drafter, list) else [drafter] if drafter else []
+    engine = load_engine(args, console)
     settings = ServeSettings(model_id=args.model, api_key=args.api_key, max_pending=args.max_queue,
                              default_max_tokens=args.default_max_tokens, gamma=args.gamma, max_gamma=args.max_gamma)
-    service = Service(target, drafters, settings)
+    service = Service(engine.target, engine.drafters, settings)
     with console.status("reading the cost model (measuring it on this machine the first time)"):
         service.prepare()
     return service
@@ -111,6 +107,7 @@ def add_load_test_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tokens", type=int, default=16, help="max_tokens of each request (default: 16)")
     p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV))
     p.add_argument("--out", default=None, help="also write the JSON summary to this file")
+    add_json_arg(p, "the summary")
 
 
 DEFAULT_LOAD_PROMPTS = ("Name three colours.", "What is the capital of France?", "Count from one to five.",
@@ -143,5 +140,21 @@ def run_load_test_command(args, console) -> int:
                "max_tokens": args.max_tokens, **result.summary()}
     if args.out:
         Path(args.out).write_text(json.dumps(summary, indent=2) + "\n")
-    print(json.dumps(summary))
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        _print_load_test(summary, console)
     return 0 if not result.errors and not result.mismatches else 1
+
+
+def _print_load_test(summary: dict, console) -> None:
+    lat, first = summary["latency_seconds"], summary["time_to_first_token_seconds"]
+    console.print(f"{summary['completed']} requests completed by {summary['clients']} clients in {summary['seconds']} s "
+                  f"({summary['requests_per_second']} requests/s, {summary['tokens_per_second']} tokens/s); "
+                  f"429 answers: {summary['busy_answers_429']}", highlight=False)
+    console.print(f"latency p50 / p90 / p99: {lat['p50']} / {lat['p90']} / {lat['p99']} s; "
+                  f"time to first token: {first['p50']} / {first['p90']} / {first['p99']} s", highlight=False)
+    verdict = "every answer equal to its reference" if not summary["mismatches"] else f"{summary['mismatches']} answers differ"
+    console.print(f"errors: {summary['errors']}; {verdict}", highlight=False)
+    for problem in summary["first_errors"] + summary["first_mismatches"]:
+        console.print(f"  {problem}", markup=False, highlight=False)

@@ -18,9 +18,10 @@ class ServerMetrics:
         self.generated = Counter("specdec_generated_tokens", "tokens generated", registry=r)
         self.prompt_tokens = Counter("specdec_prompt_tokens", "prompt tokens read", registry=r)
         self.target_passes = Counter("specdec_target_passes", "target model passes (prefills included)", registry=r)
-        self.drafted = Counter("specdec_drafted_tokens", "draft tokens verified by the target", registry=r)
+        self.drafted = Counter("specdec_drafted_tokens", "draft positions verified by the target (a token tree: its depth)",
+                               registry=r)
         self.accepted = Counter("specdec_accepted_tokens", "draft tokens the target accepted", registry=r)
-        self.drafted_at = Counter("specdec_drafted_tokens_by_position", "draft tokens verified, by draft position (1 = first)",
+        self.drafted_at = Counter("specdec_drafted_tokens_by_position", "draft positions verified, by position (1 = first)",
                                   ["position"], registry=r)
         self.accepted_at = Counter("specdec_accepted_tokens_by_position", "draft tokens accepted, by draft position",
                                    ["position"], registry=r)

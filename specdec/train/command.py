@@ -9,8 +9,9 @@
 
 Both steps resume: the data is written in shards (a stopped run continues after the last complete
 one), training keeps a checkpoint (model and optimiser, safetensors) every few steps and at the end
-of each epoch. The instructions come from a template generator (`instructions.py`), never from a
-benchmark set.
+of each epoch, outside the output folder (`--checkpoint-dir`, default: a folder of the specdec cache
+named after --out; printed when training starts) and deleted once the result is written. The
+instructions come from a template generator (`instructions.py`), never from a benchmark set.
 """
 
 from __future__ import annotations
@@ -30,7 +31,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the target: built-in name, Hugging Face folder or .gguf file")
     p.add_argument("--data", required=True, type=Path, help="folder for the self-distillation data (made or resumed)")
     p.add_argument("--out", required=True, type=Path,
-                   help="folder for the head (head.safetensors, head.json) or the draft model, and checkpoints")
+                   help="folder for the head (head.safetensors, head.json) or the draft model")
+    p.add_argument("--checkpoint-dir", type=Path,
+                   help="folder for the training checkpoints, deleted once the result is written; run the same "
+                        "command again to resume a stopped training (default: a folder under the specdec cache "
+                        "named after --out)")
     p.add_argument("--prompts", type=int, default=2048, help="instructions to answer for the data (default 2048)")
     p.add_argument("--max-new-tokens", type=int, default=192, help="longest answer in the data (default 192)")
     p.add_argument("--batch-size", type=int, default=32, help="answers generated together (default 32)")
@@ -63,6 +68,7 @@ def run(args, console) -> int:
     from specdec.train.draft import train_draft
     from specdec.train.eagle import train_eagle
     from specdec.train.instructions import instructions
+    from specdec.train.loop import default_checkpoint_dir
     from specdec.train.medusa import train_medusa
 
     check(args)
@@ -75,14 +81,17 @@ def run(args, console) -> int:
         meta = distill(target, instructions(args.prompts, seed=args.seed), args.data, max_new_tokens=args.max_new_tokens,
                        batch_size=args.batch_size, progress=lambda done, total: progress.update(task, completed=done))
     console.print(f"data: {meta['sequences']} sequences, {meta['answer_tokens']} answer tokens in {args.data}")
+    checkpoints = args.checkpoint_dir or default_checkpoint_dir(args.out)
+    console.print(f"checkpoints: {checkpoints} (deleted once the result is written; if stopped, run the same command "
+                  "to resume)", highlight=False, soft_wrap=True)  # soft_wrap: the path on one line, to copy
     with Progress(*columns, console=console) as progress:
         task = progress.add_task("training", total=None, note="")
 
         def on_step(step: int, total: int, loss: float) -> None:
             progress.update(task, completed=step, total=total, note=f"loss {loss:.3f}")
 
-        common = dict(epochs=args.epochs, lr=args.lr or DEFAULT_LR[args.kind], seed=args.seed, progress=on_step,
-                      log=console.print)
+        common = dict(epochs=args.epochs, lr=args.lr or DEFAULT_LR[args.kind], seed=args.seed,
+                      checkpoint_dir=checkpoints, progress=on_step, log=console.print)
         if args.kind == "draft":
             info = train_draft(target, args.data, args.out, layers=args.layers, **common)
         elif args.kind == "eagle":

@@ -27,9 +27,15 @@ import torch
 import torch.nn.functional as F
 
 from specdec.errors import ConfigError
-from specdec.train.loop import Batch, batches, fit, load_split
+from specdec.train.loop import (
+    Batch,
+    batches,
+    default_checkpoint_dir,
+    fit,
+    load_split,
+    remove_checkpoint,
+)
 
-TRAINING_FOLDER = "training"  # checkpoints: apart, since a model folder's every *.safetensors is loaded as weights
 INFO_FILE = "training.json"
 
 
@@ -109,18 +115,19 @@ def validate(objective: DraftObjective, val_batches: list[Batch]) -> dict:
 
 def train_draft(target, data_dir: Path, out_dir: Path, *, layers: int | None = None, epochs: int = 2, lr: float = 2e-4,
                 batch_tokens: int = 2048, max_len: int = 384, validation_share: float = 0.05, seed: int = 0,
-                checkpoint_every: int = 50, progress=None, log=print) -> dict:
+                checkpoint_every: int = 50, checkpoint_dir: Path | None = None, progress=None, log=print) -> dict:
     """Distil (or resume distilling) a `layers`-layer draft model of `target` on the data in
-    `data_dir`; the model folder is written to `out_dir`, checkpoints to `out_dir/training`."""
+    `data_dir`; the model folder is written to `out_dir`, checkpoints as in `train_eagle`."""
     out_dir = Path(out_dir)
-    train_seqs, val_seqs = load_split(data_dir, out_dir / TRAINING_FOLDER, validation_share, seed)
+    checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else default_checkpoint_dir(out_dir)
+    train_seqs, val_seqs = load_split(data_dir, out_dir, validation_share, seed)
     model = truncated_target(target, layers)
     objective = DraftObjective(model, target.net.lm_head_weight().float())
     with torch.no_grad():
         before = validate(objective, batches(val_seqs, batch_tokens, max_len, seed=None))
     log("before training (the target cut to its first layers): " + ", ".join(f"{k} {v}" for k, v in before.items()))
     result = fit(trainable(model), objective, lambda val: validate(objective, val), train_seqs, val_seqs,
-                 out_dir / TRAINING_FOLDER, epochs=epochs, lr=lr, batch_tokens=batch_tokens, max_len=max_len, seed=seed,
+                 checkpoint_dir, epochs=epochs, lr=lr, batch_tokens=batch_tokens, max_len=max_len, seed=seed,
                  checkpoint_every=checkpoint_every, progress=progress, log=log)
     info = {"kind": "draft", "target": target.name, "data": str(data_dir), "layers": model.config.num_hidden_layers,
             "sequences": {"train": len(train_seqs), "validation": len(val_seqs)}, "epochs": epochs, "lr": lr,
@@ -128,6 +135,7 @@ def train_draft(target, data_dir: Path, out_dir: Path, *, layers: int | None = N
     model.save_pretrained(str(out_dir), safe_serialization=True)
     copy_tokenizer(Path(target.folder), out_dir)
     (out_dir / INFO_FILE).write_text(json.dumps(info, indent=1))
+    remove_checkpoint(checkpoint_dir)
     return info
 
 

@@ -20,7 +20,15 @@ import torch.nn.functional as F
 
 from specdec.heads.eagle import EagleConfig, EagleHead
 from specdec.heads.files import save_head
-from specdec.train.loop import Batch, data_info, draft_index, fit, prepare
+from specdec.train.loop import (
+    Batch,
+    data_info,
+    default_checkpoint_dir,
+    draft_index,
+    fit,
+    prepare,
+    remove_checkpoint,
+)
 from specdec.train.unroll import unrolled_predictions
 
 CE_WEIGHT = 0.1
@@ -106,20 +114,23 @@ def chain_mat(alphas: list[float]) -> float:
 
 def train_eagle(target, data_dir: Path, out_dir: Path, *, draft_vocab: int = 8192, depth: int = 3, epochs: int = 4,
                 lr: float = 1e-3, batch_tokens: int = 4096, max_len: int = 384, noise: float = 0.1,
-                validation_share: float = 0.05, seed: int = 0, checkpoint_every: int = 50, progress=None,
-                log=print) -> dict:
+                validation_share: float = 0.05, seed: int = 0, checkpoint_every: int = 50,
+                checkpoint_dir: Path | None = None, progress=None, log=print) -> dict:
     """Train (or resume training) an EAGLE head for `target` on the data in `data_dir`; the head is
-    written to `out_dir` (head.safetensors + head.json), with checkpoints beside it."""
+    written to `out_dir` (head.safetensors + head.json), the checkpoints to `checkpoint_dir`
+    (default: `default_checkpoint_dir(out_dir)`), deleted once the head is written."""
+    checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else default_checkpoint_dir(out_dir)
     data = prepare(target, data_dir, out_dir, draft_vocab, validation_share, seed)
     net = target.net
     config = EagleConfig.for_target(net.config, len(data.vocab_ids))
     head = EagleHead(config).float()
     head.vocab_ids.copy_(data.vocab_ids)
     objective = EagleObjective(head, net.embed, data.head_rows, net.vocab_size, depth, noise)
-    result = fit(head, objective, lambda val: validate(objective, val), data.train, data.validation, out_dir, epochs=epochs,
+    result = fit(head, objective, lambda val: validate(objective, val), data.train, data.validation, checkpoint_dir, epochs=epochs,
                  lr=lr, batch_tokens=batch_tokens, max_len=max_len, seed=seed, checkpoint_every=checkpoint_every,
                  progress=progress, log=log)
     info = {**data_info(target, data_dir, data), "depth": depth, "epochs": epochs, "lr": lr,
             "batch_tokens": batch_tokens, "noise": noise, "seed": seed, **result}
     save_head(out_dir, "eagle", config.to_dict(), head.state_dict(), info)
+    remove_checkpoint(checkpoint_dir)
     return info

@@ -1,10 +1,17 @@
 """What every head's training shares: batches of distilled sequences, the optimiser and its
-checkpoints (safetensors + JSON: resumable, nothing pickled), a progress bar."""
+checkpoints (safetensors + JSON: resumable, nothing pickled), a progress bar.
+
+Checkpoints live apart from the output folder, which receives only the finished head or model: by
+default in `$SPECDEC_CHECKPOINTS_DIR` (default `<specdec cache>/checkpoints`), in a folder named
+after the output folder's absolute path, so that the same command resumes a stopped run. They are
+deleted once the result is written."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import os
 import random
 import time
 from collections import Counter
@@ -15,6 +22,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from specdec.runtime.gguf_convert import cache_root
 from specdec.train.distill import Sequence, load_sequences
 
 CHECKPOINT_WEIGHTS, CHECKPOINT_STATE = "checkpoint.safetensors", "checkpoint.json"
@@ -126,8 +134,16 @@ def learning_rate(step: int, total: int, peak: float, warmup: int) -> float:
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
+def default_checkpoint_dir(out_dir: Path) -> Path:
+    """Where a training that writes to `out_dir` keeps its checkpoints unless told otherwise."""
+    out = Path(out_dir).expanduser().resolve()
+    root = Path(os.environ.get("SPECDEC_CHECKPOINTS_DIR") or cache_root() / "checkpoints")
+    return root / f"{out.name}-{hashlib.sha256(str(out).encode()).hexdigest()[:12]}"
+
+
 def save_checkpoint(folder: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> None:
     """The model, AdamW's moments and the loop's position, so that a stopped run resumes exactly."""
+    folder.mkdir(parents=True, exist_ok=True)
     tensors = {f"model.{k}": v.detach().contiguous() for k, v in model.state_dict().items()}
     names = {id(p): n for n, p in model.named_parameters()}
     for group in optimizer.param_groups:
@@ -155,17 +171,27 @@ def load_checkpoint(folder: Path, model: torch.nn.Module, optimizer: torch.optim
     return json.loads((folder / CHECKPOINT_STATE).read_text())
 
 
+def remove_checkpoint(folder: Path) -> None:
+    """Delete what `save_checkpoint` wrote (call it once the trained result is written), and the
+    folder if that leaves it empty."""
+    for name in (CHECKPOINT_WEIGHTS, CHECKPOINT_WEIGHTS + ".tmp", CHECKPOINT_STATE):
+        (folder / name).unlink(missing_ok=True)
+    if folder.is_dir() and not any(folder.iterdir()):
+        folder.rmdir()
+
+
 def fit(model: torch.nn.Module, objective: Callable, validate: Callable, train_seqs: list[Sequence],
-        val_seqs: list[Sequence], out_dir: Path, *, epochs: int, lr: float, batch_tokens: int, max_len: int,
+        val_seqs: list[Sequence], checkpoint_dir: Path, *, epochs: int, lr: float, batch_tokens: int, max_len: int,
         seed: int, checkpoint_every: int, progress=None, log=print) -> dict:
     """AdamW with warm-up and cosine decay over `epochs` of `train_seqs`; `objective(batch, train=True)`
-    returns (loss, ...); `validate(batches)` a dict, logged after each epoch. Resumes from the
-    checkpoint in `out_dir`. Returns {"history": [...], "seconds_this_run": ...}."""
+    returns (loss, ...); `validate(batches)` a dict, logged after each epoch. Checkpoints to, and
+    resumes from, `checkpoint_dir` (left there: the caller removes it once the result is written).
+    Returns {"history": [...], "seconds_this_run": ...}."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
     val_batches = batches(val_seqs, batch_tokens, max_len, seed=None)
     steps_per_epoch = len(batches(train_seqs, batch_tokens, max_len, seed=None))
     total = steps_per_epoch * epochs
-    state = load_checkpoint(out_dir, model, optimizer) or {"step": 0, "history": []}
+    state = load_checkpoint(checkpoint_dir, model, optimizer) or {"step": 0, "history": []}
     if state["step"]:
         log(f"resuming at step {state['step']} of {total}")
     started = time.perf_counter()
@@ -184,7 +210,7 @@ def fit(model: torch.nn.Module, objective: Callable, validate: Callable, train_s
             if progress:
                 progress(step, total, loss.item())
             if step % checkpoint_every == 0:
-                save_checkpoint(out_dir, model, optimizer, {**state, "step": step})
+                save_checkpoint(checkpoint_dir, model, optimizer, {**state, "step": step})
         model.eval()
         with torch.no_grad():
             result = validate(val_batches)
@@ -192,5 +218,5 @@ def fit(model: torch.nn.Module, objective: Callable, validate: Callable, train_s
         result.update(epoch=epoch + 1, step=step)
         state["history"].append(result)
         log(f"epoch {epoch + 1}: " + ", ".join(f"{k} {v}" for k, v in result.items() if k not in ("epoch", "step")))
-        save_checkpoint(out_dir, model, optimizer, {**state, "step": step})
+        save_checkpoint(checkpoint_dir, model, optimizer, {**state, "step": step})
     return {"history": state["history"], "seconds_this_run": round(time.perf_counter() - started, 1)}

@@ -18,7 +18,15 @@ import torch.nn.functional as F
 from specdec.heads.files import save_head
 from specdec.heads.medusa import MedusaConfig, MedusaHeads
 from specdec.train.eagle import IGNORE, chain_mat
-from specdec.train.loop import Batch, data_info, draft_index, fit, prepare
+from specdec.train.loop import (
+    Batch,
+    data_info,
+    default_checkpoint_dir,
+    draft_index,
+    fit,
+    prepare,
+    remove_checkpoint,
+)
 
 HEAD_DECAY = 0.8
 
@@ -70,17 +78,21 @@ def validate(objective: MedusaObjective, val_batches: list[Batch]) -> dict:
 
 def train_medusa(target, data_dir: Path, out_dir: Path, *, num_heads: int = 4, draft_vocab: int = 8192, epochs: int = 4,
                  lr: float = 1e-3, batch_tokens: int = 4096, max_len: int = 384, validation_share: float = 0.05,
-                 seed: int = 0, checkpoint_every: int = 50, progress=None, log=print) -> dict:
-    """Train (or resume training) Medusa heads for `target` on the data in `data_dir`, written to `out_dir`."""
+                 seed: int = 0, checkpoint_every: int = 50, checkpoint_dir: Path | None = None, progress=None,
+                 log=print) -> dict:
+    """Train (or resume training) Medusa heads for `target` on the data in `data_dir`, written to `out_dir`;
+    checkpoints as in `train_eagle`."""
+    checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else default_checkpoint_dir(out_dir)
     data = prepare(target, data_dir, out_dir, draft_vocab, validation_share, seed)
     config = MedusaConfig(target.net.config.hidden_size, target.vocab_size, num_heads, len(data.vocab_ids))
     heads = MedusaHeads(config).float()
     heads.vocab_ids.copy_(data.vocab_ids)
     objective = MedusaObjective(heads, data.head_rows, target.vocab_size)
-    result = fit(heads, objective, lambda val: validate(objective, val), data.train, data.validation, out_dir, epochs=epochs,
+    result = fit(heads, objective, lambda val: validate(objective, val), data.train, data.validation, checkpoint_dir, epochs=epochs,
                  lr=lr, batch_tokens=batch_tokens, max_len=max_len, seed=seed, checkpoint_every=checkpoint_every,
                  progress=progress, log=log)
     info = {**data_info(target, data_dir, data), "epochs": epochs, "lr": lr, "batch_tokens": batch_tokens,
             "seed": seed, **result}
     save_head(out_dir, "medusa", config.to_dict(), heads.state_dict(), info)
+    remove_checkpoint(checkpoint_dir)
     return info

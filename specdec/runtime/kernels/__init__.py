@@ -22,7 +22,6 @@ import functools
 import hashlib
 import os
 import platform
-import sys
 import warnings
 from pathlib import Path
 
@@ -57,14 +56,14 @@ def _load(isa: str):
     import torch
     from torch.utils import cpp_extension
 
+    from specdec.announce import announce
     from specdec.runtime.gguf_convert import cache_root
 
     name = build_name(isa)
     build = cache_root() / "kernels" / f"torch-{torch.__version__}-{platform.machine()}" / name
     build.mkdir(parents=True, exist_ok=True)
     if not any(build.glob(f"{name}*.so")):
-        print(f"specdec: compiling the batch-invariant CPU kernels once ({isa}; about a minute) into {build}",
-              file=sys.stderr, flush=True)
+        announce(f"compiling the batch-invariant CPU kernels once ({isa}; about a minute) into {build}")
     return cpp_extension.load(
         name=name, sources=[str(source) for source in SOURCES], build_directory=str(build),
         extra_cflags=CFLAGS + ISA_FLAGS[isa], verbose=False,

@@ -1,0 +1,58 @@
+"""The drafter interface: what a drafter must implement, and the capabilities it gets by default.
+
+A drafter written outside this package implements `begin` and `propose` and nothing else; the engine,
+the policy and the cost model read its capabilities (tree size, features, tokens verified) from the
+base class's defaults. `build_drafters` gives one type for every spec: a list.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from specdec.drafters import Draft, Drafter, PromptLookupDrafter, build_drafters
+from specdec.drafters.ngram import lookup
+from specdec.engine import Engine, GenerationConfig
+
+
+class RepeatLookup(Drafter):
+    """A minimal user drafter: prompt lookup, written against the interface only."""
+
+    name = "repeat-lookup"
+
+    def begin(self, prompt_ids, max_len, target_cache=None):
+        pass
+
+    def propose(self, tokens, max_tokens, params, generator):
+        proposal, n = lookup(tokens, max_tokens, max_ngram=3, min_ngram=1)
+        return Draft(proposal, match_length=n)
+
+
+def test_a_drafter_needs_only_begin_and_propose(tiny_target):
+    drafter = RepeatLookup()
+    assert (drafter.max_nodes, drafter.wants_features, drafter.verified_tokens(5)) == (0, False, 5)
+    prompt = tiny_target.tokenizer.encode("t5 t9 t12 t7 t5 t9 t12 t7 t5 t9")
+    for gamma in (3, "auto"):  # a fixed γ, and the policy (which prices the drafter through the defaults)
+        config = GenerationConfig(max_new_tokens=30, gamma=gamma, ignore_eos=True)
+        spec = Engine(tiny_target, drafter).generate(prompt, config)
+        assert spec.token_ids == Engine(tiny_target).generate(prompt, config).token_ids
+    with pytest.raises(NotImplementedError, match="does not read the target's features"):
+        drafter.accept_features(None)
+
+
+def test_a_drafter_without_propose_cannot_be_made():
+    class Incomplete(Drafter):
+        name = "incomplete"
+
+        def begin(self, prompt_ids, max_len, target_cache=None):
+            pass
+
+    with pytest.raises(TypeError, match="propose"):
+        Incomplete()
+
+
+def test_build_drafters_gives_a_list_for_every_spec(tiny_target):
+    assert build_drafters("none", tiny_target) == []
+    [one] = build_drafters("ngram:3", tiny_target)
+    assert isinstance(one, PromptLookupDrafter) and isinstance(one, Drafter)
+    several = build_drafters("auto:ngram,suffix", tiny_target)
+    assert [d.name for d in several] == ["ngram", "suffix"] and all(isinstance(d, Drafter) for d in several)
