@@ -34,7 +34,7 @@ def word_prompts(count: int, seed: int = 0) -> list[str]:
 
 
 def test_batched_generation_equals_one_by_one(tiny_target):
-    """Left-padded rows of different lengths decode exactly as alone; features equal a plain pass's."""
+    """Rows of different lengths in one pass decode exactly as alone; features equal a plain pass's."""
     prompts = [[5, 9, 12], [7, 30, 5, 9, 12, 7, 8, 3, 44], [2], [8, 8, 8, 8, 8]]
     sequences = generate_batch(tiny_target.net, prompts, 12, set(tiny_target.eos_token_ids))
     for prompt, seq in zip(prompts, sequences):

@@ -1,4 +1,4 @@
-"""A static, preallocated key/value cache written by position.
+"""A static, preallocated key/value cache of one sequence, written by position.
 
 Slots `[0, length)` hold the keys and values of the tokens the model has seen, in order. A forward
 pass writes its new tokens at slots `[length, length + T)` and then advances `length`. Rolling back
@@ -44,20 +44,19 @@ class StaticKVCache(CacheLength):
         head_dim: int,
         max_len: int,
         *,
-        batch_size: int = 1,
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
     ) -> None:
         super().__init__(max_len)
-        shape = (num_layers, batch_size, num_kv_heads, max_len, head_dim)
-        self.keys = torch.zeros(shape, device=device, dtype=dtype)  # [L, B, Hkv, S_max, D]
-        self.values = torch.zeros(shape, device=device, dtype=dtype)  # [L, B, Hkv, S_max, D]
+        shape = (num_layers, 1, num_kv_heads, max_len, head_dim)  # one sequence (a batch has a cache per row)
+        self.keys = torch.zeros(shape, device=device, dtype=dtype)  # [L, 1, Hkv, S_max, D]
+        self.values = torch.zeros(shape, device=device, dtype=dtype)  # [L, 1, Hkv, S_max, D]
 
     def write(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store the new tokens' keys/values for one layer and return all live ones.
 
-        keys, values: [B, Hkv, T, D]  (the T tokens of the current pass)
-        returns: ([B, Hkv, length + T, D], [B, Hkv, length + T, D])
+        keys, values: [1, Hkv, T, D]  (the T tokens of the current pass)
+        returns: ([1, Hkv, length + T, D], [1, Hkv, length + T, D])
         """
         end = self.length + keys.shape[2]
         self.keys[layer, :, :, self.length : end] = keys

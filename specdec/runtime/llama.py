@@ -4,21 +4,27 @@ Design:
 - `ModelConfig` fills everything; grouped-query attention; tied or separate LM head.
 - q, k, v are one fused projection and gate, up another (fused at load time, once).
 - RoPE in the Hugging Face "rotate half" layout, with llama3 and linear scaling.
-- Every pass writes its tokens into a `StaticKVCache` at slots `[length, length + T)`. RoPE
-  positions are given separately (a token tree puts siblings at the same position), and so is the
-  attention pattern among the new tokens (`tree_mask`); all cached tokens are visible to all new ones.
+- A pass runs over segments, one per sequence (`Segment`): each has its own `StaticKVCache` and
+  writes its tokens at slots `[length, length + T_b)` of it. The linear layers run over the rows of
+  all segments at once (the weights are read once per pass, whatever the number of sequences);
+  attention runs segment by segment. RoPE positions are given separately (a token tree puts siblings
+  at the same position), and so is the attention pattern among a segment's new tokens
+  (`tree_mask`); all of a segment's cached tokens are visible to all its new ones. `forward` is the
+  pass over one sequence.
 - Logits come back in float32 whatever the weights' dtype, so that sampling is the same everywhere.
-- On a float32 CPU, passes of up to `INVARIANT_MAX_TOKENS` tokens run the norms, SiLU·up and
-  attention through the batch-invariant kernels (`runtime/kernels`): with the linear layers'
-  weight-only quantized kernels (`runtime/quant.py`), which are batch-invariant too, row i of a
-  pass over k tokens, chain or tree, gives the same logits bit for bit as a one-token pass at the
-  same position. Longer passes (prompts) and left-padded batches use PyTorch's SDPA.
+- On a float32 CPU every pass runs the norms, SiLU·up and attention through the batch-invariant
+  kernels (`runtime/kernels`): with the linear layers' weight-only quantized kernels
+  (`runtime/quant.py`), which are batch-invariant too, a row gives the same logits bit for bit
+  whatever else is in the pass: a row of a k-token chain or tree, a one-token step, a prompt in one
+  pass or in chunks, and any sequence beside others in a batch. Without the kernels (no compiler,
+  another device or dtype) PyTorch's SDPA and linears run the same steps, equal up to rounding.
 - RoPE's cos and sin come from a table that grows by doubling and never recomputes a position.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -29,9 +35,6 @@ from specdec.runtime.kernels import invariant_kernels
 from specdec.runtime.kv_cache import StaticKVCache
 from specdec.runtime.quant import QuantizedLinear
 
-# Passes up to this many tokens (verification of chains and trees, one-token decoding) use the
-# batch-invariant kernels; longer ones are prompts, shared alike by plain and speculative decoding.
-INVARIANT_MAX_TOKENS = 64
 NO_TREE_MASK = torch.empty(0, dtype=torch.bool)
 
 
@@ -78,6 +81,43 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:  # x: [..., D]
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE: x [..., D] at the angles cos, sin (broadcast to x) -> [..., D]."""
+    return x * cos + rotate_half(x) * sin
+
+
+@dataclass
+class Segment:
+    """One sequence's share of a pass: its cache and how many new tokens it has."""
+
+    cache: StaticKVCache  # batch 1; the new tokens go to slots [cache.length, cache.length + tokens)
+    tokens: int  # T_b
+    positions: torch.Tensor | None = None  # [T_b] RoPE positions; default: cache.length + arange(T_b)
+    tree_mask: torch.Tensor | None = None  # [T_b, T_b] bool, True = new token i sees new token j; None: causal
+
+
+@dataclass
+class SegmentAttention:
+    """How one segment's new tokens attend, worked out once per pass for all layers."""
+
+    start: int  # its first row in the pass
+    tokens: int
+    cache: StaticKVCache
+    past: int  # cached tokens before the pass
+    tree_mask: torch.Tensor  # the kernels': [T_b, T_b] bool, or empty for causal
+    sdpa_mask: torch.Tensor | None  # SDPA's: [1, 1, T_b, past + T_b] bool, or None (causal or one token)
+    causal: bool  # SDPA: an empty cache and a causal block (its fast path)
+
+    @classmethod
+    def of(cls, segment: Segment, start: int, kernels) -> SegmentAttention:
+        past, seq, tree = segment.cache.length, segment.tokens, segment.tree_mask
+        if kernels is not None:
+            return cls(start, seq, segment.cache, past, NO_TREE_MASK if tree is None else tree.to(torch.bool), None, False)
+        causal = past == 0 and seq > 1 and tree is None
+        mask = None if causal else cache_attention_mask(past, seq, tree, segment.cache.keys.device)
+        return cls(start, seq, segment.cache, past, NO_TREE_MASK, mask, causal)
+
+
 class Attention(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -95,29 +135,48 @@ class Attention(nn.Module):
         x: torch.Tensor,  # [B, T, hidden]
         cos: torch.Tensor,  # [B, 1, T, D]
         sin: torch.Tensor,  # [B, 1, T, D]
-        cache: StaticKVCache,
+        cache,  # a cache with `write(layer, k, v)` (an EAGLE head's own, or its training cache)
         layer: int,
-        mask: torch.Tensor | None,  # [B, 1, T, S] bool, True = may attend; None = all S, or causal
-        causal: bool = False,  # a prefill of an empty cache: plain causal attention (fast kernel)
-        kernels=None,  # the batch-invariant kernels (then `mask` is unused and `tree_mask` rules)
-        tree_mask: torch.Tensor = NO_TREE_MASK,  # [T, T] bool, or empty for causal
+        mask: torch.Tensor | None,  # [B or 1, 1, T, S] bool, True = may attend; None = all S, or causal
+        causal: bool = False,  # an empty cache: plain causal attention (SDPA's fast path)
     ) -> torch.Tensor:  # [B, T, hidden]
+        """Rows in lock step over one cache, with any mask (an EAGLE head, drafting or training)."""
         batch, seq, _ = x.shape
         q, k, v = self.qkv(x).split(self.split, dim=-1)
         q = q.view(batch, seq, self.num_heads, self.head_dim).transpose(1, 2)  # [B, H, T, D]
         k = k.view(batch, seq, self.num_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
         v = v.view(batch, seq, self.num_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        keys, values = cache.write(layer, k, v)  # [B, Hkv, S, D], S = length + T
-        if kernels is not None:
-            past = keys.shape[2] - seq
-            out = kernels.attention(q, cache.keys[layer], cache.values[layer], past, tree_mask)  # [B, H, T, D]
-        else:
-            out = F.scaled_dot_product_attention(
-                q, keys, values, attn_mask=mask, is_causal=causal, enable_gqa=self.num_kv_heads != self.num_heads
-            )  # [B, H, T, D]
+        keys, values = cache.write(layer, rotate(k, cos, sin), v)  # [B, Hkv, S, D]
+        out = F.scaled_dot_product_attention(rotate(q, cos, sin), keys, values, attn_mask=mask, is_causal=causal,
+                                             enable_gqa=self.num_kv_heads != self.num_heads)  # [B, H, T, D]
         return self.o(out.transpose(1, 2).reshape(batch, seq, -1))
+
+    def forward_segments(
+        self,
+        x: torch.Tensor,  # [N, hidden]: the rows of every segment
+        cos: torch.Tensor,  # [N, 1, D]
+        sin: torch.Tensor,  # [N, 1, D]
+        segments: list[SegmentAttention],
+        layer: int,
+        kernels=None,  # the batch-invariant kernels, or None (SDPA)
+    ) -> torch.Tensor:  # [N, hidden]
+        rows = x.shape[0]
+        q, k, v = self.qkv(x).split(self.split, dim=-1)
+        q = rotate(q.view(rows, self.num_heads, self.head_dim), cos, sin)  # [N, H, D]
+        k = rotate(k.view(rows, self.num_kv_heads, self.head_dim), cos, sin)  # [N, Hkv, D]
+        v = v.view(rows, self.num_kv_heads, self.head_dim)  # [N, Hkv, D]
+        mixed = []
+        for seg in segments:
+            rows_of = slice(seg.start, seg.start + seg.tokens)
+            qs, ks, vs = (t[rows_of].transpose(0, 1)[None] for t in (q, k, v))  # [1, heads, T_b, D]
+            keys, values = seg.cache.write(layer, ks, vs)  # [1, Hkv, past + T_b, D]
+            if kernels is not None:
+                out = kernels.attention(qs, seg.cache.keys[layer], seg.cache.values[layer], seg.past, seg.tree_mask)
+            else:
+                out = F.scaled_dot_product_attention(qs, keys, values, attn_mask=seg.sdpa_mask, is_causal=seg.causal,
+                                                     enable_gqa=self.num_kv_heads != self.num_heads)
+            mixed.append(out[0].transpose(0, 1).reshape(seg.tokens, -1))  # [T_b, H D]
+        return self.o(mixed[0] if len(mixed) == 1 else torch.cat(mixed))
 
 
 class MLP(nn.Module):
@@ -126,11 +185,11 @@ class MLP(nn.Module):
         self.gate_up = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
         self.down = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
 
-    def forward(self, x: torch.Tensor, kernels=None) -> torch.Tensor:  # x: [B, T, hidden]
-        gate_up = self.gate_up(x)  # [B, T, 2 * intermediate]
+    def forward(self, x: torch.Tensor, kernels=None) -> torch.Tensor:  # x: [..., hidden]
+        gate_up = self.gate_up(x)  # [..., 2 * intermediate]
         if kernels is not None:
             return self.down(kernels.silu_mul(gate_up))
-        gate, up = gate_up.chunk(2, dim=-1)  # each [B, T, intermediate]
+        gate, up = gate_up.chunk(2, dim=-1)  # each [..., intermediate]
         return self.down(F.silu(gate) * up)
 
 
@@ -142,9 +201,14 @@ class DecoderLayer(nn.Module):
         self.mlp_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = MLP(config)
 
-    def forward(self, x, cos, sin, cache, layer, mask, causal, kernels=None, tree_mask=NO_TREE_MASK):
-        """x: [B, T, hidden] -> [B, T, hidden]; `kernels`: the batch-invariant kernels, or None."""
-        x = x + self.attn(self.attn_norm(x, kernels), cos, sin, cache, layer, mask, causal, kernels, tree_mask)
+    def forward(self, x, cos, sin, cache, layer: int, mask, causal: bool = False):
+        """x: [B, T, hidden] -> [B, T, hidden], rows in lock step over one cache (`Attention.forward`)."""
+        x = x + self.attn(self.attn_norm(x), cos, sin, cache, layer, mask, causal)
+        return x + self.mlp(self.mlp_norm(x))
+
+    def forward_segments(self, x, cos, sin, segments: list[SegmentAttention], layer: int, kernels=None):
+        """x: [N, hidden] -> [N, hidden]; `kernels`: the batch-invariant kernels, or None."""
+        x = x + self.attn.forward_segments(self.attn_norm(x, kernels), cos, sin, segments, layer, kernels)
         return x + self.mlp(self.mlp_norm(x, kernels), kernels)
 
 
@@ -193,15 +257,12 @@ class LlamaModel(nn.Module):
         eye = torch.eye(self.config.hidden_size, device=self.device, dtype=self.dtype)
         return self.lm_head(eye).T.contiguous()  # [V, hidden]
 
-    def new_cache(self, max_len: int, batch_size: int = 1) -> StaticKVCache:
+    def new_cache(self, max_len: int) -> StaticKVCache:
         c = self.config
-        return StaticKVCache(
-            c.num_layers, c.num_kv_heads, c.head_dim, max_len,
-            batch_size=batch_size, device=self.device, dtype=self.dtype,
-        )
+        return StaticKVCache(c.num_layers, c.num_kv_heads, c.head_dim, max_len, device=self.device, dtype=self.dtype)
 
     def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """positions [B, T] -> cos, sin [B, 1, T, D] in the model's dtype, read from the table."""
+        """positions [N] -> cos, sin [N, D] in the model's dtype, read from the table."""
         needed = int(positions.max()) + 1
         table = self.rope_table
         if table is None or table.shape[0] < needed:
@@ -212,54 +273,76 @@ class LlamaModel(nn.Module):
             new = torch.stack((angles.cos(), angles.sin()), dim=1).to(self.dtype)  # [P', 2, D]
             table = new if table is None else torch.cat((table, new))
             self.rope_table = table
-        rows = table[positions]  # [B, T, 2, D]
-        return rows[:, None, :, 0], rows[:, None, :, 1]
+        rows = table[positions]  # [N, 2, D]
+        return rows[:, 0], rows[:, 1]
 
     @torch.inference_mode()
     def forward(
         self,
-        input_ids: torch.Tensor,  # [B, T]
+        input_ids: torch.Tensor,  # [1, T]
         cache: StaticKVCache,
-        positions: torch.Tensor | None = None,  # [B, T]; default: cache.length + arange(T)
+        positions: torch.Tensor | None = None,  # [1, T]; default: cache.length + arange(T)
         tree_mask: torch.Tensor | None = None,  # [T, T] bool, True = new token i sees new token j
         last_only: bool = False,
         exit_layer: int | None = None,  # run only the first `exit_layer` layers, then norm and head
-        slot_mask: torch.Tensor | None = None,  # [B, length + T] bool: the slots each row may see (left padding)
         return_hidden: bool = False,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """logits, float32: [B, T, V], or [B, 1, V] when last_only; with return_hidden also the
-        final-norm hidden states the LM head reads, [B, T, hidden] (all T, also when last_only)."""
-        batch, seq = input_ids.shape
-        cache.reserve(seq)
-        past = cache.length
-        if positions is None:
-            positions = torch.arange(past, past + seq, device=input_ids.device).expand(batch, seq)
-        cos, sin = self._rope(positions)
-        kernels = self._invariant_kernels(seq, slot_mask)
-        causal = past == 0 and seq > 1 and tree_mask is None and slot_mask is None
-        if kernels is not None:
-            mask = None
-            tree_mask = NO_TREE_MASK if tree_mask is None else tree_mask.to(torch.bool)
-        else:
-            mask = None if causal else cache_attention_mask(past, seq, tree_mask, input_ids.device)
-            tree_mask = NO_TREE_MASK
-        if slot_mask is not None:
-            mask = self._with_slot_mask(mask, slot_mask, past, seq)
-        x = self.embed(input_ids)  # [B, T, hidden]
+        """A pass over one sequence. logits, float32: [1, T, V], or [1, 1, V] when last_only; with
+        return_hidden also the final-norm hidden states the LM head reads, [1, T, hidden] (all T)."""
+        if input_ids.dim() != 2 or input_ids.shape[0] != 1:
+            raise ValueError(f"forward takes one sequence, ids [1, T]; got {tuple(input_ids.shape)} (several: forward_segments)")
+        seq = input_ids.shape[1]
+        segment = Segment(cache, seq, None if positions is None else positions[0], tree_mask)
+        rows = torch.tensor([seq - 1], device=input_ids.device) if last_only else None
+        out = self.forward_segments(input_ids[0], [segment], logit_rows=rows, exit_layer=exit_layer,
+                                    return_hidden=return_hidden)
+        return (out[0][None], out[1][None]) if return_hidden else out[None]
+
+    @torch.inference_mode()
+    def forward_segments(
+        self,
+        input_ids: torch.Tensor,  # [N]: the new tokens of every segment, segment after segment
+        segments: list[Segment],
+        logit_rows: torch.Tensor | None = None,  # [M] rows whose logits are wanted; None: all N
+        exit_layer: int | None = None,
+        return_hidden: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """A pass over several sequences at once. logits, float32: [M, V] (M = N without logit_rows);
+        with return_hidden also the final-norm hidden states, [N, hidden]. Each segment's cache
+        advances by its tokens."""
+        if sum(seg.tokens for seg in segments) != input_ids.shape[0] or any(seg.tokens < 1 for seg in segments):
+            raise ValueError(f"the segments' tokens {[seg.tokens for seg in segments]} do not cover the {input_ids.shape[0]} ids")
+        for seg in segments:
+            seg.cache.reserve(seg.tokens)
+        device = input_ids.device
+        positions = torch.cat([seg.positions.to(device) if seg.positions is not None else
+                               torch.arange(seg.cache.length, seg.cache.length + seg.tokens, device=device)
+                               for seg in segments])  # [N]
+        cos, sin = self._rope(positions)  # [N, D] each
+        kernels = self._invariant_kernels()
+        starts = [0]
+        for seg in segments:
+            starts.append(starts[-1] + seg.tokens)
+        attending = [SegmentAttention.of(seg, start, kernels) for seg, start in zip(segments, starts)]
+        x = self.embed(input_ids)  # [N, hidden]
         depth = len(self.layers) if exit_layer is None else min(exit_layer, len(self.layers))
         fused = self._fused_layer_weights() if kernels is not None else None
         if fused is not None:  # all layers in one call, the same arithmetic as the loop below
             c = self.config
-            x = kernels.decoder_layers(x, fused, depth, cos[:, 0], sin[:, 0], cache.keys,
-                                       cache.values, past, tree_mask, c.rms_norm_eps, c.num_heads, c.num_kv_heads)
+            x = kernels.decoder_layers(x, fused, depth, cos, sin, [a.cache.keys for a in attending],
+                                       [a.cache.values for a in attending], [a.past for a in attending],
+                                       [a.tokens for a in attending], [a.tree_mask for a in attending],
+                                       c.rms_norm_eps, c.num_heads, c.num_kv_heads)
         else:
+            cos, sin = cos[:, None], sin[:, None]  # [N, 1, D]: one angle for every head
             for i in range(depth):  # (slicing the ModuleList would build a new one per pass)
-                x = self.layers[i](x, cos, sin, cache, i, mask, causal, kernels, tree_mask)
-        cache.advance(seq)
-        if last_only and not return_hidden:
-            x = x[:, -1:]
-        hidden = self.norm(x, kernels)  # [B, T, hidden]
-        logits = self.lm_head(hidden[:, -1:] if last_only else hidden).float()
+                x = self.layers[i].forward_segments(x, cos, sin, attending, i, kernels)
+        for seg in segments:
+            seg.cache.advance(seg.tokens)
+        if logit_rows is not None and not return_hidden:
+            x = x[logit_rows]
+        hidden = self.norm(x, kernels)  # [N, hidden] (or [M, hidden])
+        logits = self.lm_head(hidden[logit_rows] if logit_rows is not None and return_hidden else hidden).float()
         return (logits, hidden) if return_hidden else logits
 
     def _fused_layer_weights(self) -> list[torch.Tensor] | None:
@@ -279,25 +362,11 @@ class LlamaModel(nn.Module):
             self._fused_weights = weights
         return self._fused_weights or None
 
-    def _invariant_kernels(self, seq: int, slot_mask: torch.Tensor | None):
+    def _invariant_kernels(self):
         """The batch-invariant kernels for this pass, or None (PyTorch's operators)."""
-        if seq > INVARIANT_MAX_TOKENS or slot_mask is not None:
-            return None
         if self.device.type != "cpu" or self.dtype != torch.float32:
             return None
         return invariant_kernels()
-
-    @staticmethod
-    def _with_slot_mask(mask: torch.Tensor | None, slot_mask: torch.Tensor, past: int, seq: int) -> torch.Tensor:
-        """[B, 1, T, past + T]: `mask` (causal when None) and, per row, only the slots `slot_mask` allows.
-        A padding token still sees itself, so that no query row is empty (an empty row would make
-        NaN keys and values that poison the real tokens' attention through 0 · NaN)."""
-        device = slot_mask.device
-        if mask is None:
-            mask = torch.ones(seq, past + seq, dtype=torch.bool, device=device).tril(past)[None, None]
-        itself = torch.zeros(seq, past + seq, dtype=torch.bool, device=device)
-        itself[torch.arange(seq), past + torch.arange(seq)] = True
-        return mask & slot_mask[:, None, None, : past + seq] | itself
 
 
 def cache_attention_mask(past: int, seq: int, tree_mask: torch.Tensor | None, device) -> torch.Tensor | None:

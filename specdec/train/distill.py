@@ -5,8 +5,8 @@ token id and the target's final hidden state at that token (the input of its LM 
 EAGLE and Medusa heads read). Answers are greedy by default: a drafter for greedy decoding should
 learn exactly what the target picks.
 
-Generation is batched: prompts of similar length are left-padded into one batch and decoded in
-lock step, each row seeing only its own slots (`slot_mask`) at its own RoPE positions, so each row
+Generation is batched: the prompts of a batch share every pass (`forward_segments`: one segment
+and one cache per sequence, no padding), and a sequence leaves the pass when it ends; each row
 computes what a batch of one would (tested). Data is written in shards as they fill
 (`shard-NNNNN.safetensors`: tokens int32 [N], features float16 [N, hidden], offsets int64 [S + 1],
 answer_starts int64 [S]); a run that is stopped resumes after the last complete shard.
@@ -37,45 +37,35 @@ class Sequence:
 
 @torch.inference_mode()
 def generate_batch(net, prompts: list[list[int]], max_new_tokens: int, eos_ids: set[int],
-                   params: SamplingParams = SamplingParams(), generator: torch.Generator | None = None,
-                   pad_id: int = 0) -> list[Sequence]:
-    """Decode a batch of prompts together (left-padded), recording every token's feature."""
-    batch = len(prompts)
-    width = max(map(len, prompts))
+                   params: SamplingParams = SamplingParams(), generator: torch.Generator | None = None) -> list[Sequence]:
+    """Decode a batch of prompts together, recording every token's feature."""
+    from specdec.runtime.llama import Segment
+
     device = net.device
-    pads = [width - len(p) for p in prompts]
-    ids = torch.tensor([[pad_id] * pad + p for pad, p in zip(pads, prompts)], device=device)  # [B, width]
-    pad_t = torch.tensor(pads, device=device)[:, None]  # [B, 1]
-    max_len = width + max_new_tokens + 1
-    slots = torch.arange(max_len, device=device)[None]  # [1, max_len]
-    slot_mask = slots >= pad_t  # [B, max_len]: padding slots are never seen
-    positions = (slots - pad_t).clamp(min=0)  # [B, max_len]: each row counts from its first real token
-    cache = net.new_cache(max_len, batch_size=batch)
-    logits, hidden = net.forward(ids, cache, positions=positions[:, :width], slot_mask=slot_mask, return_hidden=True)
+    caches = [net.new_cache(len(p) + max_new_tokens + 1) for p in prompts]
+    lengths = torch.tensor([len(p) for p in prompts], device=device)
+    ids = torch.tensor([t for p in prompts for t in p], device=device)  # [N]: the prompts one after another
+    logits, hidden = net.forward_segments(ids, [Segment(c, len(p)) for c, p in zip(caches, prompts)],
+                                          logit_rows=lengths.cumsum(0) - 1, return_hidden=True)  # [B, V], [N, hidden]
     tokens = [list(p) for p in prompts]
-    features = [[hidden[b, pads[b]:].half()] for b in range(batch)]  # per row, [n, hidden] blocks
-    active = [True] * batch
+    features = [[block.half()] for block in hidden.split(lengths.tolist())]  # per row, [n, hidden] blocks
+    active = list(range(len(prompts)))  # rows still generating, in the order of `logits`' rows
     for step in range(max_new_tokens):
-        last = logits[:, -1]  # [B, V]
-        next_ids = last.argmax(-1) if params.greedy else sample(logits_to_probs(last, params), generator)  # [B]
-        fed = active.copy()  # rows whose new token is part of their sequence
-        for b in range(batch):
-            if fed[b]:
-                token = int(next_ids[b])
-                tokens[b].append(token)
-                if token in eos_ids or step + 1 == max_new_tokens:
-                    active[b] = False
-        # every row is fed (a finished row repeats its token; nothing of it is kept): the pass gives
-        # the features of the tokens just appended
-        at = cache.length
-        logits, hidden = net.forward(next_ids[:, None], cache, positions=positions[:, at:at + 1],
-                                     slot_mask=slot_mask, return_hidden=True)
-        for b in range(batch):
-            if fed[b]:
-                features[b].append(hidden[b].half())
-        if not any(active):
+        next_ids = logits.argmax(-1) if params.greedy else sample(logits_to_probs(logits, params), generator)  # [A]
+        for b, token in zip(active, next_ids.tolist()):
+            tokens[b].append(token)
+        # every row is fed its new token (also one that ends it): the pass gives the features of the
+        # tokens just appended; rows that ended leave after it
+        logits, hidden = net.forward_segments(next_ids, [Segment(caches[b], 1) for b in active],
+                                              return_hidden=True)  # [A, V], [A, hidden]
+        for i, b in enumerate(active):
+            features[b].append(hidden[i:i + 1].half())
+        still = [i for i, b in enumerate(active) if tokens[b][-1] not in eos_ids and step + 1 < max_new_tokens]
+        active = [active[i] for i in still]
+        logits = logits[still]
+        if not active:
             break
-    return [Sequence(tokens[b], torch.cat(features[b]), len(prompts[b])) for b in range(batch)]
+    return [Sequence(tokens[b], torch.cat(features[b]), len(prompts[b])) for b in range(len(prompts))]
 
 
 def save_shard(path: Path, sequences: list[Sequence]) -> None:
@@ -131,10 +121,9 @@ def distill(target, prompts: list[str], out_dir: Path, *, max_new_tokens: int = 
         progress(min(done, len(encoded)), len(encoded))
     for shard_start in range(done, len(encoded), shard_size):
         chunk = list(range(shard_start, min(shard_start + shard_size, len(encoded))))
-        by_length = sorted(chunk, key=lambda i: len(encoded[i]))  # similar lengths share a batch: less padding
         results: dict[int, Sequence] = {}
-        for b in range(0, len(by_length), batch_size):
-            rows = by_length[b:b + batch_size]
+        for b in range(0, len(chunk), batch_size):
+            rows = chunk[b:b + batch_size]
             for i, seq in zip(rows, generate_batch(target.net, [encoded[i] for i in rows], max_new_tokens, eos,
                                                     params, generator)):
                 results[i] = seq

@@ -349,8 +349,10 @@ torch::Tensor pack_quant_weights(torch::Tensor codes, torch::Tensor scales, c10:
 std::string quant_linear_path();
 // layer.cpp
 torch::Tensor decoder_layers(torch::Tensor x, const std::vector<torch::Tensor>& layer_weights, int64_t num_layers,
-                             torch::Tensor cos, torch::Tensor sin, torch::Tensor keys, torch::Tensor values,
-                             int64_t past, torch::Tensor tree_mask, double eps, int64_t heads, int64_t kv_heads);
+                             torch::Tensor cos, torch::Tensor sin, const std::vector<torch::Tensor>& keys,
+                             const std::vector<torch::Tensor>& values, const std::vector<int64_t>& pasts,
+                             const std::vector<int64_t>& tokens, const std::vector<torch::Tensor>& tree_masks,
+                             double eps, int64_t heads, int64_t kv_heads);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rms_norm", &rms_norm, "row-wise RMSNorm in a fixed order");
@@ -360,5 +362,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("pack_quant_weights", &pack_quant_weights, "codes, scales (and 4-bit offsets) into quant_linear's layout",
         py::arg("codes"), py::arg("scales"), py::arg("offsets") = py::none());
   m.def("quant_linear_path", &quant_linear_path, "the instruction set quant_linear was built for");
-  m.def("decoder_layers", &decoder_layers, "the decoder layers of one pass (quantized linears) in one call");
+  m.def("decoder_layers", &decoder_layers, "the decoder layers of one pass over segments of rows, each with its own cache (quantized linears), in one call");
 }
