@@ -3,6 +3,9 @@
     T(k)      seconds of one target pass that scores k new tokens after a few hundred cached ones
               (k = 1 is a plain decoding step; a round that drafted γ tokens verifies k = γ + 1)
     D_d(γ)    seconds for drafter d to propose γ tokens, fitted as per_call + per_token · γ
+    T(B, N)   seconds of a pass over B rows (sequences of a batch) holding N tokens in all:
+              T(N) plus what B separate rows cost beyond one row of B tokens (each row attends to
+              its own cache), measured as T(B rows × 1 token) − T(1 row × B tokens) for B = 2..32
 
 The seed formula charges a verification pass the same as a one-token pass; on a CPU it is not (on
 the reference machine a pass over 2 tokens costs 1.46 one-token passes, over 8 about 2:
@@ -88,6 +91,7 @@ class Calibration:
 class CostModel:
     pass_seconds: dict[int, float]  # tokens scored → median seconds of a target pass
     draft_costs: dict[str, DraftCost] = field(default_factory=dict)
+    row_seconds: dict[int, float] = field(default_factory=dict)  # B → extra seconds of B rows over one (serving)
     key: str = ""
     description: dict = field(default_factory=dict)  # machine, model, when measured
     calibration: Calibration = field(default_factory=Calibration)  # T(k), from real rounds; never cached
@@ -132,11 +136,31 @@ class CostModel:
         ratio = calibration.ratio(gamma) if calibration else 1.0
         return self.draft_costs[drafter].seconds(gamma) * ratio
 
-    def predicted_speedup(self, drafter: str, gamma: int, expected_tokens: float, verified: int | None = None) -> float:
-        """Speed-up over plain decoding of rounds that draft γ tokens deep, verify `verified` draft
-        tokens (default γ: a chain; a tree verifies all its nodes) and commit `expected_tokens`."""
-        seconds = self.target_pass((gamma if verified is None else verified) + 1) + self.draft_seconds(drafter, gamma)
-        return expected_tokens * self.target_pass(1) / seconds
+    def row_overhead(self, rows: int) -> float:
+        """What `rows` separate rows cost beyond one row of as many tokens (0 for one row, or unmeasured)."""
+        if rows <= 1 or not self.row_seconds:
+            return 0.0
+        points = {1: 0.0, **self.row_seconds}
+        below = max(b for b in points if b <= rows)
+        above = min((b for b in points if b >= rows), default=None)
+        if above is None:  # past the measured sizes: the last measured cost per row
+            return points[below] / (below - 1) * (rows - 1)
+        if above == below:
+            return points[below]
+        return points[below] + (points[above] - points[below]) * (rows - below) / (above - below)
+
+    def batch_pass(self, rows: int, tokens: int) -> float:
+        """T(B, N): a pass over `rows` rows holding `tokens` tokens in all."""
+        return self.target_pass(tokens) + self.row_overhead(rows)
+
+    def predicted_speedup(self, drafter: str, gamma: int, expected_tokens: float, verified: int | None = None,
+                          rows: int = 1) -> float:
+        """Speed-up of the batch's goodput when one of its `rows` rows drafts γ tokens deep, verifies
+        `verified` draft tokens (default γ: a chain; a tree verifies all its nodes) and commits
+        `expected_tokens`, the others decoding plainly (`policy.py`); one row: over plain decoding."""
+        verified = gamma if verified is None else verified
+        seconds = self.batch_pass(rows, rows + verified) + self.draft_seconds(drafter, gamma)
+        return (expected_tokens + rows - 1) / rows * self.batch_pass(rows, rows) / seconds
 
     def to_json(self) -> dict:
         return {
@@ -145,6 +169,7 @@ class CostModel:
             "description": self.description,
             "pass_seconds": {str(k): v for k, v in sorted(self.pass_seconds.items())},
             "draft_costs": {name: {"per_call": c.per_call, "per_token": c.per_token} for name, c in self.draft_costs.items()},
+            "row_seconds": {str(b): v for b, v in sorted(self.row_seconds.items())},
         }
 
     @classmethod
@@ -152,6 +177,7 @@ class CostModel:
         return cls(
             pass_seconds={int(k): float(v) for k, v in data["pass_seconds"].items()},
             draft_costs={n: DraftCost(float(c["per_call"]), float(c["per_token"])) for n, c in data["draft_costs"].items()},
+            row_seconds={int(b): float(v) for b, v in data.get("row_seconds", {}).items()},
             key=data["key"],
             description=data.get("description", {}),
         )
@@ -215,6 +241,30 @@ def measure_pass_costs(net, context: int, sizes: list[int], repeats: int) -> dic
     return {size: statistics.median(t[1:]) for size, t in times.items()}  # the first sweep is a warm-up
 
 
+def measure_row_costs(net, context: int, sizes: list[int], repeats: int) -> dict[int, float]:
+    """B → median seconds of a pass over B rows of one token (each after `context` cached ones) minus
+    a pass over one row of B tokens: what separate rows cost beyond their tokens."""
+    from specdec.runtime.llama import Segment
+
+    ids = torch.randint(0, net.vocab_size, (context + max(sizes),), generator=torch.Generator().manual_seed(0)).to(net.device)
+    caches = [net.new_cache(context + max(sizes)) for _ in range(max(sizes))]
+    for cache in caches:
+        net.forward(ids[None, :context], cache)
+    times: dict[int, list[float]] = {size: [] for size in sizes}
+    for _ in range(repeats + 1):  # sizes interleaved, so that machine drift hits all alike
+        for size in sizes:
+            for shape in ("rows", "row"):
+                segments = [Segment(c, 1) for c in caches[:size]] if shape == "rows" else [Segment(caches[0], size)]
+                start = time.perf_counter()
+                net.forward_segments(ids[context:context + size], segments, logit_rows=torch.tensor([0]))[0, 0].item()
+                seconds = time.perf_counter() - start
+                times[size].append(seconds if shape == "rows" else -seconds)
+                for cache in caches[:size]:
+                    cache.truncate(context)
+    pairs = {size: [t[i] + t[i + 1] for i in range(2, len(t), 2)] for size, t in times.items()}  # the first sweep warms up
+    return {size: max(0.0, statistics.median(d)) for size, d in pairs.items()}
+
+
 def measure_draft_cost(model, drafter, context: int, max_gamma: int, repeats: int) -> DraftCost:
     """Time `drafter` proposing 1 and `max_gamma` tokens after a repetitive synthetic context.
 
@@ -251,10 +301,14 @@ def largest_pass(drafters: list, max_gamma: int) -> int:
     return 1 + max([max_gamma] + [d.max_nodes for d in drafters])
 
 
+BATCH_SIZES = (2, 4, 8, 16, 32)  # rows at which T(B, N)'s per-row cost is measured
+
+
 def load_or_measure(model, drafters: list, max_gamma: int, *, remeasure: bool = False,
-                    repeats: int = 9, cache: bool = True) -> CostModel:
+                    repeats: int = 9, cache: bool = True, max_batch: int = 1) -> CostModel:
     """The cost model for `model` on this machine with these drafters: from the cache, or measured now.
-    Passes are timed for 1 .. max_gamma + 1 tokens, or up to a tree drafter's node budget + 1."""
+    Passes are timed for 1 .. max_gamma + 1 tokens, or up to a tree drafter's node budget + 1; with
+    `max_batch` > 1 (a server), also the cost of separate rows up to that many."""
     largest = largest_pass(drafters, max_gamma)
     key, description = cost_key(model)
     path = costs_dir() / f"{key}.json"
@@ -274,6 +328,11 @@ def load_or_measure(model, drafters: list, max_gamma: int, *, remeasure: bool = 
         measured_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         costs = CostModel(measure_pass_costs(model.net, context, sizes, repeats), key=key,
                           description={**description, "context": context, "measured_at": measured_at})
+        changed = True
+    batch_sizes = [b for b in BATCH_SIZES if b <= max_batch]
+    if any(b not in costs.row_seconds for b in batch_sizes):
+        announce(f"measuring this machine's costs of passes over {', '.join(map(str, batch_sizes))} rows (once)")
+        costs.row_seconds.update(measure_row_costs(model.net, context, batch_sizes, repeats))
         changed = True
     for drafter in drafters:
         if drafter.name not in costs.draft_costs:

@@ -12,6 +12,15 @@ tokens (`cost_model.py`). With i.i.d. α and T(k) = T(1) this is the seed formul
 (1 − α^(γ+1)) / ((1 − α)(γc + 1)); here the measured cost curve replaces "a pass costs 1" and a
 per-position α replaces the i.i.d. one (acceptance is not independent of position).
 
+In a batch of B rows the pass is shared, and what counts is the batch's goodput (tokens committed
+per second over all rows). A row weighs its choice against the others decoding plainly:
+
+    S_d(γ; B) = (E_d(γ) + B − 1) / B · T(B, B) / (T(B, B + n_d(γ)) + D_d(γ))
+
+with T(B, N) the measured time of a pass over B rows holding N tokens in all (`cost_model.py`);
+for B = 1 it is S_d(γ) above. Once the pass is compute-bound, extra tokens cost what they weigh
+and S falls below 1: speculation fades out as the batch fills, and comes back as it empties.
+
 The policy picks the (d, γ) with the largest S. When even that is below 1, speculation is predicted
 to lose: it decodes plainly, and comes back later with one probe round (which refreshes α) after a
 cool-down that doubles while probes keep losing (8, 16, ... 128 rounds) and resets once one pays.
@@ -110,10 +119,10 @@ class FixedPolicy:
         self.plan = RoundPlan(0, gamma, float("nan"), f"γ = {gamma} fixed by hand")
         self.decisions: list[dict] = []
 
-    def choose(self) -> RoundPlan:
+    def choose(self, rows: int = 1) -> RoundPlan:
         return self.plan
 
-    def trim(self, plan: RoundPlan, draft) -> int:
+    def trim(self, plan: RoundPlan, draft, rows: int = 1) -> int:
         return len(draft)
 
     def observe(self, plan: RoundPlan, drafted: int, accepted: int, match_length: int = 0) -> None:
@@ -155,20 +164,21 @@ class AdaptivePolicy:
         self.by_match = [{key: bucket.faded_copy(keep) for key, bucket in buckets.items()} for buckets in earlier.by_match]
         self.cooldown, self.plain_streak = earlier.cooldown, earlier.plain_streak
 
-    def predictions(self) -> list[tuple[float, int, int]]:
-        """(S, drafter index, γ) for every candidate."""
+    def predictions(self, rows: int = 1) -> list[tuple[float, int, int]]:
+        """(S, drafter index, γ) for every candidate, with `rows` rows sharing the pass."""
         out = []
         for index, name in enumerate(self.names):
             acceptance = self.acceptance[index]
             for gamma in self.gammas:
                 speedup = self.costs.predicted_speedup(name, gamma, acceptance.expected_tokens(gamma),
-                                                       self.verified[index](gamma))
+                                                       self.verified[index](gamma), rows)
                 out.append((speedup, index, gamma))
         return out
 
-    def choose(self) -> RoundPlan:
+    def choose(self, rows: int = 1) -> RoundPlan:
+        """This round's plan, for a row among `rows` sharing the pass (1: a request alone)."""
         self.rounds += 1
-        predictions = self.predictions()
+        predictions = self.predictions(rows)
         speedup, index, gamma = max(predictions, key=lambda x: (x[0], -x[2]))
         why = self._why(speedup, index, gamma)
         free = [p for p in predictions if self.free[p[1]]]
@@ -207,7 +217,7 @@ class AdaptivePolicy:
             self.by_match[index][key] = PositionAcceptance(self.prior, self.memory, positions=max(self.gammas))
         return self.by_match[index][key]
 
-    def trim(self, plan: RoundPlan, draft) -> int:
+    def trim(self, plan: RoundPlan, draft, rows: int = 1) -> int:
         """How many of a free drafter's proposed tokens to verify: the k in 0..len(draft) with the
         best predicted speed-up, from the acceptance seen after matches as long as this one's. 0
         makes it a plain round. Other drafters' proposals, and token trees (a tree has no prefix; a
@@ -219,7 +229,7 @@ class AdaptivePolicy:
         bucket = self._bucket(plan.drafter, draft.match_length)
         best_k, best = 0, 1.0
         for k in range(1, len(draft) + 1):
-            speedup = self.costs.predicted_speedup(name, k, bucket.expected_tokens(k))
+            speedup = self.costs.predicted_speedup(name, k, bucket.expected_tokens(k), rows=rows)
             if speedup > best:
                 best_k, best = k, speedup
         return best_k

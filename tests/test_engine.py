@@ -22,11 +22,13 @@ import numpy as np
 import pytest
 import torch
 
-from specdec import engine as engine_module
+from specdec import batch as batch_module
 from specdec.cost_model import CostModel, DraftCost
 from specdec.drafters import (DraftModelDrafter, EagleDrafter, EarlyExitDrafter, MedusaDrafter, PromptLookupDrafter,
                               SuffixDrafter)
-from specdec.engine import ACCEPTED, Engine, GenerationConfig, TextAssembler
+from specdec.batch import TextAssembler
+from specdec.engine import Engine, GenerationConfig
+from specdec.trace import ACCEPTED
 from specdec.errors import SpecdecError
 from specdec.runtime import load_model
 from specdec.runtime.tokenizer import IncrementalDetokenizer
@@ -297,15 +299,15 @@ def test_whole_generations_with_the_adaptive_policy_follow_the_target_distributi
 
 def test_whole_generations_with_the_adaptive_policy_negative_control(tiny_target, draft_model, first_tokens_law,
                                                                       monkeypatch):
-    monkeypatch.setattr(engine_module, "speculative_sample", accept_everything)
-    monkeypatch.setattr(engine_module, "tree_sample", tree_accept_first_children)
+    monkeypatch.setattr(batch_module, "speculative_sample", accept_everything)
+    monkeypatch.setattr(batch_module, "tree_sample", tree_accept_first_children)
     assert sampled_pvalue(auto_engine(tiny_target, draft_model), first_tokens_law, "auto") < ALPHA
 
 
 @pytest.mark.parametrize("kind", ["ngram", "draft", "early", "suffix", "eagle", "eagle-tree", "medusa"])
 def test_whole_generations_negative_control(tiny_target, draft_model, first_tokens_law, kind, monkeypatch):
-    monkeypatch.setattr(engine_module, "speculative_sample", accept_everything)
-    monkeypatch.setattr(engine_module, "tree_sample", tree_accept_first_children)
+    monkeypatch.setattr(batch_module, "speculative_sample", accept_everything)
+    monkeypatch.setattr(batch_module, "tree_sample", tree_accept_first_children)
     drafter = drafters(tiny_target, draft_model)[kind]
     assert sampled_pvalue(Engine(tiny_target, drafter), first_tokens_law) < ALPHA
 
@@ -333,6 +335,6 @@ def test_whole_generations_negative_control_resampling_from_p(tiny_target, draft
     its own wrong tree rules); and the adaptive policy's runs showed no detectable change (p from
     0.00076 to 0.88 over 10 seed blocks, noncentrality about 1).
     """
-    monkeypatch.setattr(engine_module, "speculative_sample", residual_from_p)
+    monkeypatch.setattr(batch_module, "speculative_sample", residual_from_p)
     drafter = drafters(tiny_target, draft_model)[kind]
     assert sampled_pvalue(Engine(tiny_target, drafter), first_tokens_law) < ALPHA

@@ -15,6 +15,7 @@ with a model of its own owns that model's cache and keeps it in step with `token
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -67,6 +68,16 @@ class Drafter(ABC):
         self, tokens: list[int], max_tokens: int, params: SamplingParams, generator: torch.Generator
     ) -> Draft:
         """Propose up to `max_tokens` ids to follow `tokens`."""
+
+    def for_request(self) -> Drafter:
+        """A drafter for one request, beside others in a batch: it shares what is read-only (weights, a
+        corpus) and has per-request state of its own, which `begin` sets up. The default, a shallow
+        copy, suits every drafter whose `begin` replaces all of its per-request state."""
+        return copy.copy(self)
+
+    def finish(self, tokens: list[int], prompt_length: int) -> None:
+        """The request ended: `tokens` is its prompt (the first `prompt_length`) and its output. A
+        drafter that learns from outputs learns here; the default does nothing."""
 
     def verified_tokens(self, gamma: int) -> int:
         """Draft tokens the target verifies when this drafter drafts γ deep: γ for a chain, the

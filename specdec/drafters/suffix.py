@@ -109,6 +109,35 @@ class SuffixAutomaton:
         return path
 
 
+class Corpus:
+    """The corpus automaton with its documents and what was learned: one object, shared by the
+    per-request copies of a drafter (`Drafter.for_request`)."""
+
+    def __init__(self, documents: list[list[int]]) -> None:
+        self.automaton = SuffixAutomaton()
+        for document in documents:
+            self.add(document)
+        self.automaton.count_occurrences()
+        self.counted_states = len(self.automaton.length)
+        self.learned = 0  # tokens of earlier outputs added
+
+    def add(self, document: list[int]) -> None:
+        for token in document:
+            self.automaton.extend(token)
+        self.automaton.extend(SEPARATOR)
+
+    def learn(self, output: list[int]) -> None:
+        """Add an output (up to LEARN_LIMIT tokens in all); occurrence counts are refreshed as it grows."""
+        if not output or self.learned + len(output) > LEARN_LIMIT:
+            return
+        self.add(output)
+        self.learned += len(output)
+        states = len(self.automaton.length)
+        if states > self.counted_states * (1 + RECOUNT_GROWTH):  # newer states count 0 until then
+            self.automaton.count_occurrences()
+            self.counted_states = states
+
+
 class SuffixDrafter(Drafter):
     def __init__(self, corpus: list[list[int]] | None = None, min_match: int = 2,
                  learn_outputs: bool = False) -> None:
@@ -117,33 +146,18 @@ class SuffixDrafter(Drafter):
         self.min_match = min_match
         self.learn_outputs = learn_outputs
         self.name = "suffix+corpus" if corpus else "suffix"
-        self.corpus = SuffixAutomaton()
-        for document in corpus or []:
-            self._add_document(document)
-        self.corpus.count_occurrences()
-        self.counted_states = len(self.corpus.length)
-        self.learned = 0  # tokens of earlier outputs added to the corpus
+        self.shared = Corpus(corpus or [])
+        self.corpus = self.shared.automaton
         self.request = SuffixAutomaton()
         self.corpus_match = (0, 0)
-        self.prompt_length = 0
-
-    def _add_document(self, document: list[int]) -> None:
-        for token in document:
-            self.corpus.extend(token)
-        self.corpus.extend(SEPARATOR)
 
     def begin(self, prompt_ids: list[int], max_len: int, target_cache=None) -> None:
-        output = self.request.tokens[self.prompt_length:]  # the previous request's output
-        if self.learn_outputs and output and self.learned + len(output) <= LEARN_LIMIT:
-            self._add_document(output)
-            self.learned += len(output)
-            states = len(self.corpus.length)
-            if states > self.counted_states * (1 + RECOUNT_GROWTH):  # newer states count 0 until then
-                self.corpus.count_occurrences()
-                self.counted_states = states
         self.request = SuffixAutomaton()
         self.corpus_match = (0, 0)
-        self.prompt_length = len(prompt_ids)
+
+    def finish(self, tokens: list[int], prompt_length: int) -> None:
+        if self.learn_outputs:
+            self.shared.learn(tokens[prompt_length:])
 
     def _catch_up(self, tokens: list[int]) -> None:
         for token in tokens[len(self.request.tokens):]:

@@ -86,3 +86,16 @@ class TransformersCausalLM:
         )
         cache.length += seq
         return out.logits.float()
+
+    def forward_segments(self, input_ids: torch.Tensor, segments: list, logit_rows: torch.Tensor | None = None,
+                         return_hidden: bool = False) -> torch.Tensor:
+        """The runtime's pass over segments, for one segment (one sequence): logits [M, V]."""
+        if len(segments) != 1:
+            raise ConfigError("batched decoding (several requests in one pass) needs the lean runtime (--runtime lean)")
+        if return_hidden:
+            raise ConfigError("drafters that read the target's features (EAGLE, Medusa) need the lean runtime (--runtime lean)")
+        segment = segments[0]
+        positions = None if segment.positions is None else segment.positions[None]
+        logits = self.forward(input_ids[None], segment.cache, positions, segment.tree_mask)[0]  # [T, V]
+        return logits if logit_rows is None else logits[logit_rows]
+

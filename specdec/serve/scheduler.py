@@ -1,10 +1,12 @@
-"""One generation at a time on a worker thread; a bounded line of requests waiting for it.
+"""Continuous batching: one worker thread decodes every running request in one batch.
 
-The engine decodes one sequence at a time, so requests are served in arrival order by a single
-worker thread and the event loop never blocks on a model pass. `submit` admits a request only while
-fewer than `max_pending` are running or waiting; past that it raises `ServerBusy` (the server
-answers 429). A job is cancelled by its request when the client goes away: a waiting job gives its
-place back at once, a running one stops at the end of the current round.
+Requests are admitted on the event loop (`submit`) while fewer than `max_pending` are running or
+waiting; past that `submit` raises `ServerBusy` (the server answers 429). The worker thread owns a
+`Batch` (`batch.py`): between rounds it lets waiting requests join, in arrival order, while the batch
+has fewer than `max_batch` rows, drops the rows of requests whose client went away, and runs one
+round over all rows (a joining request's prompt goes in by chunks, so it does not stall the others).
+Each row's committed pieces go back to its request as `Update`s. A request that is cancelled while
+waiting gives its place back at once; a running one leaves the batch at the next round.
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
 from dataclasses import dataclass
 
-from specdec.engine import Engine, GenerationConfig, Piece
+from specdec.batch import Batch, Piece, Row
+from specdec.engine import Engine, GenerationConfig
 from specdec.errors import SpecdecError
 from specdec.stats import GenerationStats
 
@@ -48,9 +51,10 @@ class Job:
         self._lock = threading.Lock()  # orders "started" against "cancelled"
         self.started = False
         self.released = False  # its place in the line was given back
+        self.row: Row | None = None  # its row in the batch, once started
 
     def cancel(self) -> bool:
-        """Ask the job to stop; True when it had already started (it stops at the end of its round)."""
+        """Ask the job to stop; True when it had already started (it leaves the batch at the next round)."""
         with self._lock:
             self._cancelled.set()
             return self.started
@@ -59,38 +63,33 @@ class Job:
     def cancelled(self) -> bool:
         return self._cancelled.is_set()
 
-    def _send(self, update: Update) -> None:
-        self._loop.call_soon_threadsafe(self.updates.put_nowait, update)
-
-    def run(self, on_start) -> None:
-        """Worker thread: stream the generation into `updates`, stopping early when cancelled."""
+    def start(self) -> bool:
+        """Worker thread: mark the job started unless it was cancelled first."""
         with self._lock:
             if self.cancelled:
-                return
+                return False
             self.started = True
-        self._loop.call_soon_threadsafe(on_start)
-        try:
-            stream = self.engine.stream(self.prompt_ids, self.config)
-            for event in stream:
-                if self.cancelled:
-                    stream.close()
-                    return
-                self._send(Update(event.pieces, event.stats if event.done else None))
-        except SpecdecError as exc:
-            self._send(Update([], error=str(exc), user_error=True))
-        except Exception as exc:  # a bug: logged with its traceback, reported without it
-            log.exception("generation failed")
-            self._send(Update([], error=f"generation failed: {type(exc).__name__}: {exc}"))
+            return True
+
+    def send(self, update: Update) -> None:
+        self._loop.call_soon_threadsafe(self.updates.put_nowait, update)
 
 
 class Scheduler:
-    def __init__(self, max_pending: int, on_change=None) -> None:
+    def __init__(self, max_pending: int, on_change=None, max_batch: int = 1, on_round=None) -> None:
         if max_pending < 1:
             raise SpecdecError(f"the queue bound must be >= 1, got {max_pending}")
+        if max_batch < 1:
+            raise SpecdecError(f"the batch bound must be >= 1, got {max_batch}")
         self.max_pending = max_pending
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specdec-generate")
-        self._jobs: list[Job] = []  # admitted and not yet released, in arrival order
+        self.max_batch = max_batch
+        self._jobs: list[Job] = []  # admitted and not yet released, in arrival order (event loop only)
+        self._line: deque[Job] = deque()  # admitted and not yet taken by the worker
+        self._wake = threading.Condition()
+        self._closing = False
+        self._worker: threading.Thread | None = None
         self._on_change = on_change or (lambda running, waiting: None)
+        self._on_round = on_round or (lambda rows, gammas: None)
 
     @property
     def running(self) -> int:
@@ -105,11 +104,14 @@ class Scheduler:
         if len(self._jobs) >= self.max_pending:
             raise ServerBusy(f"the server is busy: {len(self._jobs)} requests are running or waiting, "
                              f"the bound is {self.max_pending}; retry later")
-        loop = asyncio.get_running_loop()
-        job = Job(engine, prompt_ids, config, loop)
+        job = Job(engine, prompt_ids, config, asyncio.get_running_loop())
         self._jobs.append(job)
-        future = loop.run_in_executor(self._executor, job.run, self._changed)
-        future.add_done_callback(lambda _: self.release(job))
+        with self._wake:
+            if self._worker is None:
+                self._worker = threading.Thread(target=self._work, name="specdec-generate", daemon=True)
+                self._worker.start()
+            self._line.append(job)
+            self._wake.notify()
         self._changed()
         return job
 
@@ -117,6 +119,8 @@ class Scheduler:
         """The client went away: stop the job; a job still waiting gives its place back now."""
         if not job.cancel():
             self.release(job)
+        with self._wake:
+            self._wake.notify()
 
     def release(self, job: Job) -> None:
         if not job.released:
@@ -127,8 +131,78 @@ class Scheduler:
     def _changed(self) -> None:
         self._on_change(self.running, self.waiting)
 
+    def _finished(self, job: Job) -> None:
+        """Worker thread: the job is over; its place is given back on the event loop."""
+        job._loop.call_soon_threadsafe(self.release, job)
+
+    def _work(self) -> None:
+        """Worker thread: admit, drop the cancelled, run a round; sleep while there is nothing to do."""
+        batch: Batch | None = None
+        jobs: dict[int, Job] = {}  # id(row) → its job
+        while True:
+            with self._wake:
+                while not self._closing and not self._line and not (batch and batch.rows):
+                    self._wake.wait()
+                if self._closing:
+                    break
+                joining = []
+                while self._line and len(jobs) + len(joining) < self.max_batch:
+                    joining.append(self._line.popleft())
+            for job in joining:
+                if not job.start():
+                    continue  # cancelled while waiting: already released
+                self._job_changed(job)
+                try:
+                    job.row = job.engine.row(job.prompt_ids, job.config)
+                except SpecdecError as exc:
+                    self._fail(job, str(exc), user_error=True)
+                    continue
+                except Exception as exc:  # a bug: logged with its traceback, reported without it
+                    log.exception("starting a generation failed")
+                    self._fail(job, f"generation failed: {type(exc).__name__}: {exc}")
+                    continue
+                batch = batch or Batch(job.engine.target)
+                batch.add(job.row)
+                jobs[id(job.row)] = job
+            for key, job in list(jobs.items()):
+                if job.cancelled:  # the client went away: its row leaves now
+                    batch.remove(job.row)
+                    del jobs[key]
+                    self._finished(job)
+            if not batch or not batch.rows:
+                continue
+            try:
+                events = batch.step()
+            except Exception as exc:  # a bug in a round fails the rows that were in it, not the server
+                log.exception("a decoding round failed")
+                for key, job in list(jobs.items()):
+                    batch.remove(job.row)
+                    del jobs[key]
+                    self._fail(job, f"generation failed: {type(exc).__name__}: {exc}")
+                continue
+            self._on_round(len(batch.rows), [row.plan.gamma for row in batch.rows if not row.prefilling])
+            for row, event in events:
+                job = jobs[id(row)]
+                job.send(Update(event.pieces, event.stats if event.done else None))
+                if event.done:
+                    del jobs[id(row)]
+                    self._finished(job)
+        for job in jobs.values():  # closing: whatever is left ends now
+            self._finished(job)
+
+    def _job_changed(self, job: Job) -> None:
+        job._loop.call_soon_threadsafe(self._changed)
+
+    def _fail(self, job: Job, message: str, user_error: bool = False) -> None:
+        job.send(Update([], error=message, user_error=user_error))
+        self._finished(job)
+
     def close(self) -> None:
         """Shutdown: cancel what is left and wait for the worker to stop (at most one round)."""
         for job in list(self._jobs):
             self.cancel(job)
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        with self._wake:
+            self._closing = True
+            self._wake.notify()
+        if self._worker is not None:
+            self._worker.join()

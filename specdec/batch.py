@@ -1,0 +1,415 @@
+"""The decode loop over a batch of requests: rows join and leave between rounds.
+
+A `Row` is one request: its prompt, cache, drafters (its own instances), policy, sampling settings
+and random generator, and what it has committed. A `Batch` runs rounds over all its rows at once;
+the single request (`Engine.stream`) is a batch of one. A round has six steps:
+
+    1. plan:    each decoding row's policy picks its drafter and γ (0: the row just decodes), knowing
+                how many rows share the pass (`policy.py`: speculation fades as the batch fills);
+    2. draft:   each row's drafter proposes up to γ tokens after the row's committed ones;
+    3. verify:  ONE target pass over every row's segment (`LlamaModel.forward_segments`): a decoding
+                row's last committed token and drafts (a chain, or a token tree with its mask), or
+                the next chunk of a joining row's prompt, so a long prompt never stalls the others
+                for its whole length (`PREFILL_CHUNK` tokens per round while other rows decode);
+    4. accept:  per row, `verify.py` keeps the longest acceptable prefix and picks one more token;
+    5. commit:  the row's cache keeps what was accepted (a chain rollback only moves its length, a
+                tree compacts); tokens are committed one at a time, so an end-of-sequence token, a
+                stop string or the token budget inside a round ends the output exactly where plain
+                decoding would;
+    6. record:  the row's policy sees how many were accepted, the cost model how long the pass took;
+                its statistics, trace and text pieces go out as one `StreamEvent` per row.
+
+Each row's logits are bit for bit those it would get alone (the runtime's segments are batch-
+invariant), and it draws from its own generator, so a row's output does not depend on what else is
+in the batch: greedy or seeded, it is the output of the same request run alone. Invariant between
+rounds: a decoding row's cache holds every committed token but the last, fed at the start of its
+next segment.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from specdec.drafters.base import Draft, Drafter
+from specdec.errors import SpecdecError
+from specdec.policy import FixedPolicy, AdaptivePolicy, RoundPlan
+from specdec.runtime.llama import Segment
+from specdec.runtime.tokenizer import IncrementalDetokenizer
+from specdec.sampling import SamplingParams, logits_to_probs, sample
+from specdec.stats import GenerationStats
+from specdec.trace import ACCEPTED, BONUS, CORRECTED, TARGET, RoundTrace, trace_round, trace_tree_round
+from specdec.tree import TokenTree, kept_slots, tree_inputs
+from specdec.verify import speculative_sample, tree_sample, verify_greedy, verify_tree_greedy
+
+PLAIN_ROUND = RoundPlan(None, 0, 1.0, "no drafter")
+PREFILL = RoundPlan(None, 0, 1.0, "the prefill: one pass over the prompt gives the first token")
+PREFILL_CHUNK = 64  # prompt tokens per row per pass (chunks do not change a bit: the kernels are invariant)
+
+
+@dataclass
+class Piece:
+    text: str
+    token_ids: list[int]
+    kind: str  # TARGET, ACCEPTED, CORRECTED or BONUS
+
+
+@dataclass
+class StreamEvent:
+    pieces: list[Piece]  # what the prefill or this round committed, in order
+    stats: GenerationStats  # the run's statistics so far (one object, updated as the run goes)
+    done: bool = False
+    rounds: list[RoundTrace] = field(default_factory=list)  # with config.trace: the records of these rounds
+
+
+class TextAssembler:
+    """Committed ids → text pieces, cut at the first stop string, holding back a possible prefix of one."""
+
+    def __init__(self, detokenizer: IncrementalDetokenizer, stop: tuple[str, ...]) -> None:
+        self.detokenizer = detokenizer
+        self.stop = stop
+        self.text = ""  # all text emitted so far
+        self.stopped = False
+
+    def push(self, token_id: int) -> str:
+        self.detokenizer.push([token_id])
+        return self._emit(self.detokenizer.emitted, final=False)
+
+    def finish(self) -> str:
+        if self.stopped:
+            return ""
+        self.detokenizer.flush()
+        return self._emit(self.detokenizer.emitted, final=True)
+
+    def _emit(self, full: str, final: bool) -> str:
+        if not self.stop:
+            piece, self.text = full[len(self.text):], full
+            return piece
+        search_from = max(0, len(self.text) - max(map(len, self.stop)))
+        hits = [i for i in (full.find(s, search_from) for s in self.stop) if i >= 0]
+        if hits:
+            end = min(hits)
+            self.stopped = True
+        elif final:
+            end = len(full)
+        else:
+            end = len(full) - _longest_stop_prefix(full, self.stop)
+        end = max(end, len(self.text))
+        piece, self.text = full[len(self.text):end], full[:end]
+        return piece
+
+
+def _longest_stop_prefix(text: str, stops: tuple[str, ...]) -> int:
+    """Length of the longest suffix of `text` that is a proper prefix of some stop string."""
+    best = 0
+    for stop in stops:
+        for n in range(min(len(stop) - 1, len(text)), best, -1):
+            if text.endswith(stop[:n]):
+                best = n
+                break
+    return best
+
+
+@dataclass
+class Work:
+    """A row's part of one pass: its segment, and where its rows and logits lie in the pass."""
+
+    ids: list[int]  # [T_b] the segment's tokens
+    segment: Segment
+    logit_rows: int  # how many of its last rows need logits (a prefill chunk: 1 if last, else 0)
+    prefill: bool = False  # a chunk of the prompt
+
+
+class Row:
+    """One request in the loop. Built by `Engine.row`; `Batch` calls its steps."""
+
+    def __init__(self, engine, prompt_ids: list[int], config, drafters: list[Drafter],
+                 policy: FixedPolicy | AdaptivePolicy | None) -> None:
+        target = engine.target
+        self.engine, self.target, self.config, self.params = engine, target, config, config.sampling
+        self.generator = self.params.generator(target.net.device)
+        self.prompt_ids = list(prompt_ids)
+        self.max_len = min(len(prompt_ids) + config.max_new_tokens, target.max_context)
+        self.token_budget = self.max_len - len(prompt_ids)
+        self.stop_ids = set() if config.ignore_eos else set(target.eos_token_ids)
+        self.drafters = drafters
+        self.readers = [d for d in drafters if d.wants_features]  # EAGLE, Medusa: read features
+        self.policy = policy
+        self.stats = GenerationStats(drafter=engine.name, prompt_tokens=len(prompt_ids))
+        self.assembler = TextAssembler(IncrementalDetokenizer(target.tokenizer), config.stop)
+        self.tokens = list(prompt_ids)
+        self.generated = 0
+        self.done = False
+        self.cache = target.net.new_cache(self.max_len + max((d.max_nodes for d in drafters), default=0))
+        for drafter in drafters:
+            drafter.begin(self.prompt_ids, self.max_len, self.cache)
+        self.started = time.perf_counter()
+        self.pieces: list[Piece] = []  # committed since the last event
+        self.rounds: list[RoundTrace] = []
+        self.timed_drafters: set[str] = set()  # drafters whose proposals' times now reach the cost model
+        # this round's choices (steps 1-2), read by steps 3-6
+        self.plan, self.drafter, self.draft, self.draft_seconds = PLAIN_ROUND, None, Draft([]), 0.0
+        self.tree: TokenTree | None = None
+
+    @property
+    def prefilling(self) -> bool:
+        return self.cache.length < len(self.prompt_ids)
+
+    # 1. plan and 2. draft
+    def plan_and_draft(self, rows: int) -> None:
+        """Choose this round's drafter and γ with `rows` rows sharing the pass, and draft."""
+        t0 = time.perf_counter()
+        plan = self.policy.choose(rows) if self.policy else PLAIN_ROUND
+        drafter = self.drafters[plan.drafter] if plan.drafter is not None else None
+        budget = min(plan.gamma, self.token_budget - self.generated - 1)
+        committed_len = self.cache.length
+        draft = Draft([])
+        if drafter and budget > 0:
+            proposing = time.perf_counter()
+            draft = drafter.propose(self.tokens, budget, self.params, self.generator)
+            costs = self.engine.cost_model
+            if costs is not None and drafter.name in self.timed_drafters:  # a first call also catches up
+                costs.observe_draft(drafter.name, budget, time.perf_counter() - proposing)
+            self.timed_drafters.add(drafter.name)
+        if drafter:
+            self._check_draft(drafter, draft, budget, self.cache.length == committed_len)
+            keep = self.policy.trim(plan, draft, rows)  # a free drafter's proposal: verify only what pays
+            if keep < len(draft):
+                draft = draft.prefix(keep)
+        self.plan, self.drafter, self.draft = plan, drafter, draft
+        self.draft_seconds = time.perf_counter() - t0
+
+    # 3. verify: the row's segment of the pass
+    def work(self, prefill_budget: int | None) -> Work | None:
+        """This round's segment: the next prompt chunk (at most `prefill_budget` tokens; None: no
+        bound), or the last committed token and the draft. None: no room for a chunk this round."""
+        device = self.target.net.device
+        if self.prefilling:
+            start = self.cache.length
+            end = len(self.prompt_ids) if prefill_budget is None else min(len(self.prompt_ids), start + prefill_budget)
+            if end <= start:
+                return None
+            return Work(self.prompt_ids[start:end], Segment(self.cache, end - start), int(end == len(self.prompt_ids)), True)
+        self.committed_len = self.cache.length
+        if self.draft.parents is None:
+            ids = [self.tokens[-1], *self.draft.tokens]  # [k + 1]
+            return Work(ids, Segment(self.cache, len(ids)), len(ids))
+        self.tree = TokenTree(self.draft.tokens, self.draft.parents)
+        ids, positions, mask = tree_inputs(self.tree, self.tokens[-1], self.committed_len, device)  # [1, N+1], ...
+        return Work(ids[0].tolist(), Segment(self.cache, ids.shape[1], positions[0], mask), ids.shape[1])
+
+    # 4. accept, 5. commit, 6. record
+    def finish_prefill(self, logits: torch.Tensor | None, hidden: torch.Tensor | None) -> None:
+        """After a prompt chunk: its features to the drafters that read them; after the last chunk
+        (logits [1, V]) the first new token, streamed at once (time to first token)."""
+        for reader in self.readers:  # every prompt token is committed: its feature goes to the readers
+            reader.accept_features(hidden)
+        if logits is None:
+            return
+        first = _pick(logits, self.params, self.generator)
+        self.stats.target_passes = 1
+        self.stats.prefill_seconds = time.perf_counter() - self.started
+        pieces = self._commit([first], [TARGET])
+        if self.config.trace:
+            self.rounds.append(self._trace(0, PREFILL, Draft([]), logits, None, [], first, TARGET, pieces, {},
+                                           self.stats.prefill_seconds, 0.0))
+
+    def accept(self, logits: torch.Tensor, hidden: torch.Tensor | None, pass_seconds: float) -> None:
+        """logits [k+1, V] (a tree: [N+1, V]) and hidden [k+1, hidden] (or None) of the row's segment."""
+        t1 = time.perf_counter()
+        draft, params = self.draft, self.params
+        details = {} if self.config.trace else None  # the draws and the residual, for the trace
+        p = None
+        if self.tree is None:
+            draft_ids = torch.tensor([draft.tokens], device=logits.device, dtype=torch.long)  # [1, k]
+            if params.greedy:
+                num_accepted, next_token = verify_greedy(draft_ids, logits[None])
+            else:
+                p = logits_to_probs(logits[None], params)  # [1, k+1, V]
+                q = None if draft.q is None else draft.q[None]  # [1, k, V]
+                num_accepted, next_token = speculative_sample(draft_ids, p, q, self.generator, details)
+            n = int(num_accepted)
+            accepted_tokens, full = draft.tokens[:n], n == len(draft)
+            self.cache.truncate(self.committed_len + 1 + n)  # keep the last committed token and the accepted drafts
+            kept, path = slice(0, n + 1), list(range(n))
+        else:  # a token tree: a walk down the tree and a compaction
+            tree = self.tree
+            if params.greedy:
+                path, next_token = verify_tree_greedy(tree, logits)
+            else:
+                p = logits_to_probs(logits[None], params)  # [1, N+1, V]
+                walked, next_token = tree_sample(tree, p, self.generator, details)
+                path = [node for node in walked[0].tolist() if node >= 0]
+            n = len(path)
+            accepted_tokens = [tree.tokens[i] for i in path]
+            full = not tree.children(path[-1] if path else -1)  # the walk reached a leaf
+            self.cache.compact(kept_slots(self.committed_len, path))
+            kept = [0, *(i + 1 for i in path)]
+            self.tree = None
+        for reader in self.readers:  # their features are now those of committed tokens
+            reader.accept_features(hidden[kept])
+        kinds = [ACCEPTED] * n + [TARGET if not draft.tokens else BONUS if full else CORRECTED]
+        pieces = self._commit(accepted_tokens + [int(next_token)], kinds)
+        verify_seconds = pass_seconds + time.perf_counter() - t1
+        # 6. record
+        depth = draft.depth  # draft positions: a chain's length, a tree's depth ("drafted")
+        if self.policy:
+            self.policy.observe(self.plan, depth, n, draft.match_length)
+        drafter = self.drafter
+        self.stats.record_round(depth, n, verified_tokens=len(draft), drafter=drafter.name if drafter else "plain",
+                                gamma=self.plan.gamma, committed=len(pieces), draft_seconds=self.draft_seconds,
+                                verify_seconds=verify_seconds)
+        if self.config.trace:
+            self.rounds.append(self._trace(self.stats.rounds, self.plan, draft, logits, None if p is None else p[0],
+                                           path, int(next_token), kinds[-1], pieces, details, self.draft_seconds,
+                                           verify_seconds))
+
+    def _commit(self, new_tokens: list[int], kinds: list[str]) -> list[Piece]:
+        """Append tokens one at a time; stop at end-of-sequence, a stop string or the budget."""
+        pieces = []
+        for token, kind in zip(new_tokens, kinds):
+            self.tokens.append(token)
+            self.generated += 1
+            text = "" if token in self.stop_ids else self.assembler.push(token)
+            pieces.append(Piece(text, [token], kind))
+            if token in self.stop_ids or self.assembler.stopped:
+                self.stats.finish_reason, self.done = "stop", True
+                break
+            if self.generated >= self.token_budget:
+                self.stats.finish_reason, self.done = "length", True
+                break
+        self.pieces += pieces
+        return pieces
+
+    def event(self) -> StreamEvent | None:
+        """What this row committed since its last event (None: nothing yet, a prompt still in chunks)."""
+        if not self.done and not self.pieces:
+            return None
+        stats = self.stats
+        if self.done:
+            stats.decisions = self.policy.decisions if self.policy else []
+            tail = self.assembler.finish()
+            if tail:
+                self.pieces.append(Piece(tail, [], TARGET))
+                if self.rounds:
+                    self.rounds[-1].tail = tail
+            for drafter in self.drafters:
+                drafter.finish(self.tokens, len(self.prompt_ids))
+        stats.new_tokens = self.generated
+        stats.total_seconds = time.perf_counter() - self.started
+        event = StreamEvent(self.pieces, stats, done=self.done, rounds=self.rounds)
+        self.pieces, self.rounds = [], []
+        return event
+
+    def _trace(self, index: int, plan: RoundPlan, draft: Draft, logits: torch.Tensor, p: torch.Tensor | None,
+               accepted_nodes: list[int], next_token: int, next_kind: str, pieces: list[Piece], details: dict,
+               draft_seconds: float, verify_seconds: float) -> RoundTrace:
+        """The record of one round; logits [k+1, V] of its pass over the last committed token and the
+        draft's k tokens or tree nodes (the prefill: [1, V]), p [k+1, V] as the acceptance rule computed
+        it (None where the rule did not: greedy rounds and the prefill), accepted_nodes the accepted
+        drafts' indices, details what the sampling rule recorded (batch row 0 is this round)."""
+        params = self.params
+        if p is None:
+            p = logits_to_probs(logits, params)  # [k+1, V] (greedy: one-hot argmax)
+        shown = torch.softmax(logits.float(), -1) if params.greedy else p  # [k+1, V], what the charts show
+        name, tokenizer = self.drafter.name if self.drafter else None, self.target.tokenizer
+        row = {key: value[0] for key, value in details.items()}
+        if draft.parents is None:
+            record = trace_round(index, name, plan.gamma, plan.reason, draft.tokens, draft.q, p, shown, params.greedy,
+                                 len(accepted_nodes), next_token, next_kind, tokenizer, uniforms=row.get("uniforms"),
+                                 residual=row.get("residual"))
+        else:
+            record = trace_tree_round(index, name, plan.gamma, plan.reason, TokenTree(draft.tokens, draft.parents),
+                                      accepted_nodes, p, shown, params.greedy, next_token, next_kind, tokenizer, row)
+        record.committed = [t for piece in pieces for t in piece.token_ids]
+        record.texts = [piece.text for piece in pieces if piece.token_ids]
+        record.draft_seconds, record.verify_seconds = draft_seconds, verify_seconds
+        return record
+
+    def _check_draft(self, drafter: Drafter, draft: Draft, budget: int, cache_untouched: bool) -> None:
+        vocab = self.target.vocab_size
+        ids_valid = all(0 <= t < vocab for t in draft.tokens)
+        nodes_fit = draft.parents is None or len(draft) <= drafter.max_nodes
+        if draft.depth > max(budget, 0) or not nodes_fit or not ids_valid or not cache_untouched:
+            raise RuntimeError(
+                f"drafter {drafter.name} broke its contract: {draft.depth} tokens deep for a budget of {budget}, "
+                f"{len(draft)} nodes within its max_nodes: {nodes_fit}, ids within the vocabulary: {ids_valid}, "
+                f"target cache length restored: {cache_untouched}"
+            )
+
+
+class Batch:
+    """Rows decoded together: `add` a row between rounds, `step` runs one round over all of them and
+    returns each row's event; a row that is done (or `remove`d) leaves."""
+
+    def __init__(self, target) -> None:
+        self.target = target
+        self.rows: list[Row] = []
+
+    def add(self, row: Row) -> None:
+        if row.target is not self.target:
+            raise SpecdecError("every row of a batch decodes with the batch's target model")
+        self.rows.append(row)
+
+    def remove(self, row: Row) -> None:
+        if row in self.rows:
+            self.rows.remove(row)
+
+    def step(self) -> list[tuple[Row, StreamEvent]]:
+        """One round over every row; returns (row, event) for the rows that have something to say."""
+        rows = self.rows
+        decoding = [row for row in rows if not row.prefilling]
+        for row in decoding:  # 1. plan, 2. draft
+            row.plan_and_draft(len(rows))
+        # 3. verify: one pass; prompts in chunks while others decode (bounded work per round), whole when alone
+        budget = PREFILL_CHUNK if decoding else None
+        works: list[tuple[Row, Work]] = []
+        for row in rows:
+            work = row.work(budget if row.prefilling else None)
+            if work is not None:
+                works.append((row, work))
+                if row.prefilling and budget is not None:
+                    budget -= len(work.ids)
+        net = self.target.net
+        device = net.device
+        ids = torch.tensor([t for _, work in works for t in work.ids], device=device)  # [N]
+        ends = torch.tensor([len(work.ids) for _, work in works]).cumsum(0).tolist()
+        logit_rows = torch.tensor([end - k for (_, work), end in zip(works, ends)
+                                   for k in range(work.logit_rows, 0, -1)], device=device, dtype=torch.long)  # [M]
+        wants_hidden = any(row.readers for row, _ in works)
+        started = time.perf_counter()
+        out = net.forward_segments(ids, [work.segment for _, work in works], logit_rows=logit_rows,
+                                   return_hidden=wants_hidden)
+        logits, hidden = out if wants_hidden else (out, None)  # [M, V], [N, hidden]
+        pass_seconds = time.perf_counter() - started
+        if len(works) == 1 and not works[0][1].prefill:  # a row alone: its pass is a T(k)
+            costs = works[0][0].engine.cost_model
+            if costs is not None:  # what this round's pass really cost corrects T(k) for the policy
+                costs.observe_round(len(ids), pass_seconds)
+        # 4. accept, 5. commit, 6. record
+        first_row, first_logit = 0, 0
+        for (row, work), end in zip(works, ends):
+            row_logits = logits[first_logit:first_logit + work.logit_rows]
+            row_hidden = None if hidden is None else hidden[first_row:end]
+            if work.prefill:
+                row.finish_prefill(row_logits if work.logit_rows else None, row_hidden)
+            else:
+                row.accept(row_logits, row_hidden, pass_seconds)
+            first_row, first_logit = end, first_logit + work.logit_rows
+        events = []
+        for row in list(rows):
+            event = row.event()
+            if event is not None:
+                events.append((row, event))
+            if row.done:
+                self.rows.remove(row)
+        return events
+
+
+def _pick(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> int:
+    """logits [1, V] -> one token id: argmax when greedy, else a draw from the processed p."""
+    if params.greedy:
+        return int(logits.argmax(-1))
+    return int(sample(logits_to_probs(logits, params), generator))

@@ -1,0 +1,125 @@
+"""Batched decoding (`specdec.batch`): every row is the request run alone.
+
+- greedy: up to 8 rows of different prompt lengths, joining and leaving between rounds, with mixed
+  drafters (lookup, suffix, draft model, early exit, EAGLE chains and trees, Medusa) and plain rows
+  (γ = 0), give each row exactly the tokens it gets alone;
+- seeded sampling: a row's output depends only on its own seed, not on what else is in the batch;
+- the whole-run law test of test_engine (3,000 seeded runs, α = 1e-3) for rows decoded 8 at a time,
+  with its negative control (accept every draft), which must fail;
+- a long prompt joins in chunks of PREFILL_CHUNK tokens while the other rows keep decoding.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specdec import batch as batch_module
+from specdec.batch import PREFILL_CHUNK, Batch
+from specdec.engine import Engine, GenerationConfig
+from specdec.sampling import SamplingParams
+from stat_helpers import ALPHA, accept_everything, gof_pvalue, tree_accept_first_children
+from test_engine import NEW_TOKENS, PROMPT, RUNS, TOP_K, auto_engine, draft_model, drafters, first_tokens_law  # noqa: F401
+
+PROMPTS = [PROMPT, [3, 4, 5], [7, 30, 5, 9, 12, 7, 8, 3, 44, 2, 9, 9, 9, 5, 9, 12, 7], [2], [8, 8, 8, 8, 8, 8, 8, 8],
+           PROMPT[::-1], [40, 41, 42, 40, 41, 42, 40], [6, 5, 4, 3, 2, 1, 6, 5, 4]]
+
+
+def run_batched(requests: list[tuple[Engine, list[int], GenerationConfig]], max_rows: int) -> list[list[int]]:
+    """Decode the requests in one batch of at most `max_rows` rows, each joining as soon as a row
+    leaves (continuous batching); returns each request's generated ids."""
+    batch = Batch(requests[0][0].target)
+    waiting = list(enumerate(requests))
+    outputs: dict[int, list[int]] = {}
+    index_of = {}
+    while waiting or batch.rows:
+        while waiting and len(batch.rows) < max_rows:
+            i, (engine, prompt, config) = waiting.pop(0)
+            row = engine.row(prompt, config)
+            index_of[id(row)] = i
+            outputs[i] = []
+            batch.add(row)
+        for row, event in batch.step():
+            outputs[index_of[id(row)]] += [t for piece in event.pieces for t in piece.token_ids]
+    return [outputs[i] for i in range(len(requests))]
+
+
+def mixed_engines(tiny_target, draft_model) -> list[Engine]:
+    pool = drafters(tiny_target, draft_model)
+    return [Engine(tiny_target)] + [Engine(tiny_target, pool[kind]) for kind in pool] + [auto_engine(tiny_target, draft_model)]
+
+
+def test_greedy_rows_equal_each_request_alone(tiny_target, draft_model):
+    engines = mixed_engines(tiny_target, draft_model)  # plain, 7 drafters, auto: 9 engines
+    requests = []
+    for i in range(24):  # rows of different lengths and budgets, joining and leaving
+        engine, prompt = engines[i % len(engines)], PROMPTS[i % len(PROMPTS)]
+        config = GenerationConfig(max_new_tokens=4 + 3 * (i % 5), gamma=2 + i % 3 if engine.drafters and i % 4 else "auto",
+                                  ignore_eos=True)
+        requests.append((engine, prompt, config))
+    alone = [engine.generate(prompt, config).token_ids for engine, prompt, config in requests]
+    for max_rows in (2, 8):
+        assert run_batched(requests, max_rows) == alone
+
+
+def test_a_seeded_row_repeats_its_output_whatever_else_is_in_the_batch(tiny_target, draft_model):
+    engines = mixed_engines(tiny_target, draft_model)
+    sampled = SamplingParams(temperature=1.0, top_p=0.9)
+
+    def config(seed):
+        return GenerationConfig(max_new_tokens=12, gamma=3, ignore_eos=True, sampling=SamplingParams(
+            temperature=sampled.temperature, top_p=sampled.top_p, seed=seed))
+
+    probe = (engines[2], PROMPT, config(7))  # the draft model's engine
+    alone = probe[0].generate(PROMPT, probe[2]).token_ids
+    for others in (1, 3, 7):
+        neighbours = [(engines[(3 * k) % len(engines)], PROMPTS[k % len(PROMPTS)], config(100 + k)) for k in range(others)]
+        assert run_batched([*neighbours[: others // 2], probe, *neighbours[others // 2:]], 8)[others // 2] == alone
+    different_seed = run_batched([(probe[0], PROMPT, config(8))], 1)[0]
+    assert different_seed != alone  # the seed matters: the comparison above could fail
+
+
+def batched_pvalue(engine: Engine, law: dict, gamma: int | str = 3) -> float:
+    """The whole-run law test of test_engine (RUNS seeded runs) with the runs decoded 8 rows at a time."""
+    requests = [(engine, PROMPT, GenerationConfig(max_new_tokens=NEW_TOKENS, gamma=gamma, ignore_eos=True,
+                                                  sampling=SamplingParams(temperature=1.0, top_k=TOP_K, seed=seed)))
+                for seed in range(RUNS)]
+    counts: dict[tuple[int, ...], int] = {}
+    for output in run_batched(requests, 8):
+        counts[tuple(output)] = counts.get(tuple(output), 0) + 1
+    keys = list(law)
+    observed = np.array([counts.get(k, 0) for k in keys] + [sum(c for k, c in counts.items() if k not in law)])
+    return gof_pvalue(observed, np.array([law[k] for k in keys] + [0.0]))
+
+
+@pytest.mark.parametrize("kind", ["draft", "eagle-tree"])
+def test_batched_rows_follow_the_target_distribution(tiny_target, draft_model, first_tokens_law, kind):
+    assert batched_pvalue(Engine(tiny_target, drafters(tiny_target, draft_model)[kind]), first_tokens_law) > ALPHA
+
+
+def test_batched_rows_negative_control(tiny_target, draft_model, first_tokens_law, monkeypatch):
+    monkeypatch.setattr(batch_module, "speculative_sample", accept_everything)
+    monkeypatch.setattr(batch_module, "tree_sample", tree_accept_first_children)
+    assert batched_pvalue(Engine(tiny_target, drafters(tiny_target, draft_model)["draft"]), first_tokens_law) < ALPHA
+
+
+def test_a_long_prompt_joins_in_chunks_while_others_decode(tiny_target):
+    engine = Engine(tiny_target)
+    batch = Batch(tiny_target)
+    short = engine.row(PROMPT, GenerationConfig(max_new_tokens=40, ignore_eos=True))
+    batch.add(short)
+    batch.step()  # the short prompt in one pass: it decodes from now on
+    long_prompt = (PROMPTS[2] * 12)[: 3 * PREFILL_CHUNK + 5]
+    joining = engine.row(long_prompt, GenerationConfig(max_new_tokens=4, ignore_eos=True))
+    batch.add(joining)
+    steps_to_first_token = 0
+    while joining.generated == 0:
+        before = short.generated
+        batch.step()
+        steps_to_first_token += 1
+        assert short.generated == before + 1  # the decoding row went on every round
+    assert steps_to_first_token == 4  # 3 full chunks and the rest
+    alone = engine.generate(long_prompt, GenerationConfig(max_new_tokens=4, ignore_eos=True)).token_ids
+    while batch.rows:
+        batch.step()
+    assert joining.tokens[len(long_prompt):] == alone
