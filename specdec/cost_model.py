@@ -304,6 +304,16 @@ def largest_pass(drafters: list, max_gamma: int) -> int:
 BATCH_SIZES = (2, 4, 8, 16, 32)  # rows at which T(B, N)'s per-row cost is measured
 
 
+def best_batch(costs: CostModel, largest: int = max(BATCH_SIZES), share: float = 0.95) -> int:
+    """The default bound on rows decoded together: the fewest measured rows whose plain decoding
+    reaches `share` of the best measured throughput (B / T(B, B)); more rows would add latency to
+    every row for little more throughput."""
+    sizes = [1] + [b for b in sorted(costs.row_seconds) if b <= largest]
+    throughput = {b: b / costs.batch_pass(b, b) for b in sizes}
+    best = max(throughput.values())
+    return min(b for b in sizes if throughput[b] >= share * best)
+
+
 def load_or_measure(model, drafters: list, max_gamma: int, *, remeasure: bool = False,
                     repeats: int = 9, cache: bool = True, max_batch: int = 1) -> CostModel:
     """The cost model for `model` on this machine with these drafters: from the cache, or measured now.

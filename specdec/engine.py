@@ -81,11 +81,16 @@ class Engine:
         """Whether this config runs the adaptive policy, which needs the cost model."""
         return bool(self.drafters) and (config.gamma == AUTO or len(self.drafters) > 1)
 
-    def costs(self, max_gamma: int) -> CostModel:
-        """The cost model for this target and these drafters (measured now if not cached: seconds)."""
+    def costs(self, max_gamma: int, max_batch: int = 1) -> CostModel:
+        """The cost model for this target and these drafters (measured now if not cached: seconds);
+        with `max_batch` > 1 also the cost of passes over that many rows (a server's batches)."""
+        from specdec.cost_model import BATCH_SIZES
+
+        missing_rows = self.cost_model is not None and any(
+            b not in self.cost_model.row_seconds for b in BATCH_SIZES if b <= max_batch)
         if (self.cost_model is None or max(self.cost_model.pass_seconds) < largest_pass(self.drafters, max_gamma)
-                or any(d.name not in self.cost_model.draft_costs for d in self.drafters)):
-            self.cost_model = load_or_measure(self.target, self.drafters, max_gamma)
+                or any(d.name not in self.cost_model.draft_costs for d in self.drafters) or missing_rows):
+            self.cost_model = load_or_measure(self.target, self.drafters, max_gamma, max_batch=max_batch)
         return self.cost_model
 
     def policy(self, config: GenerationConfig) -> FixedPolicy | AdaptivePolicy:

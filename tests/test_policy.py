@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from specdec.cost_model import CostModel, DraftCost
+from specdec.cost_model import CostModel, DraftCost, best_batch
 from specdec.drafters.base import Draft
 from specdec.policy import COOLDOWN_FIRST, COOLDOWN_MAX, AdaptivePolicy, PositionAcceptance
 from specdec.theory import best_gamma, expected_tokens_per_pass
@@ -228,3 +228,30 @@ def test_a_free_tree_drafter_is_verified_whole():
     assert policy.trim(plans[-1], tree) == len(tree)
     with pytest.raises(ValueError):
         tree.prefix(0)  # why the policy must not ask for a prefix
+
+
+def test_speculation_fades_as_the_batch_fills_and_comes_back_as_it_empties():
+    """A pass over B rows holding N tokens costs T(N) + row overhead; once N makes the pass compute-
+    bound, extra draft tokens cost what they weigh and the policy decodes plainly; alone it drafts."""
+    pass_seconds = {n: 1.0 + 0.05 * (n - 1) if n <= 8 else 1.35 + 0.25 * (n - 8) for n in range(1, 200)}
+    costs = CostModel(pass_seconds, {"draft": DraftCost(0.0, 0.01)}, row_seconds={2: 0.05, 4: 0.15, 8: 0.35, 16: 0.75},
+                      calibrate=False)
+    assert costs.predicted_speedup("draft", 3, 2.5) == pytest.approx(2.5 * costs.target_pass(1) / (costs.target_pass(4) + 0.03))
+    assert costs.batch_pass(16, 16) == pytest.approx(pass_seconds[16] + 0.75)
+    assert costs.row_overhead(32) == pytest.approx(0.75 / 15 * 31)  # past the measured sizes: per row as at 16
+    policy = AdaptivePolicy(costs, ["draft"], max_gamma=6, prior=0.8)
+    alone = policy.choose(rows=1)
+    crowded = policy.choose(rows=16)
+    emptied = policy.choose(rows=1)
+    assert alone.drafter == 0 and alone.gamma > 1
+    assert crowded.drafter is None and crowded.gamma == 0
+    assert emptied.drafter == 0 and emptied.gamma == alone.gamma
+
+
+def test_the_default_batch_bound_is_the_knee_of_the_measured_throughput():
+    """B / T(B, B): 1 → 1.0, 2 → 1.9, 4 → 3.5, 8 → 5.9, 16 → 6.1 tokens per second: 8 reaches 95% of 16."""
+    pass_seconds = {1: 1.0, 2: 1.05, 4: 1.15, 8: 1.35, 16: 2.6}
+    costs = CostModel(pass_seconds, row_seconds={2: 0.0, 4: 0.0, 8: 0.0, 16: 0.0}, calibrate=False)
+    assert best_batch(costs) == 8
+    assert best_batch(costs, largest=4) == 4
+    assert best_batch(CostModel({1: 1.0}, calibrate=False)) == 1  # no rows measured: one at a time

@@ -9,6 +9,7 @@
 // multiply and add are fused behind the source's back: lanes, tails and the generic build agree.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -183,163 +184,319 @@ torch::Tensor silu_mul(torch::Tensor gate_up) {
   return out;
 }
 
-// Attention of T new tokens over a static cache.
-// q: [B, H, T, D]; keys, values: [B, Hkv, S_max, D] (the layer's cache, the new tokens already
-// written at slots [past, past + T)); tree_mask: [T, T] bool (new token t sees new token j) or an
-// empty tensor for causal. Every new token sees all slots [0, past). Returns [B, H, T, D].
+// Attention of new tokens over a static cache.
 //
-// The recipe of row (b, h, t), whatever T, the tree or which other rows share the call:
+// The recipe of a row (sequence, query head h, new token t), whatever the number of new tokens T, the
+// tree, or which other rows and sequences share the call:
 // - score of slot s: sum over d = 0 .. D-1, in order from 0, of q[d] * k[d] (a multiply, then an
-//   add), times 1/sqrt(D) — computed for 16 slots at once, one slot per lane (the keys of the call
-//   transposed once, 16 by 16 in registers);
+//   add), times 1/sqrt(D) — computed for 16 slots at once, one slot per lane (the sequence's keys
+//   transposed, 16 by 16 in registers);
 // - over its visible slots in ascending order: the max, e = exp(score - max), their sum (lane l of
 //   a vector adds the l-th, (l+16)-th, ... visible slot's e in order, then the lanes are folded
 //   pairwise), and out = sum of e * value (a multiply and an add per element, slots in order),
 //   times 1/sum.
 // So a row depends only on the keys and values it sees, not on their slot numbers or neighbours.
-// The rows of one KV head (G = H / Hkv query heads times the tokens of a chunk) are scored and
-// weighted together, so each key and value is read once per chunk.
+// A work item is (sequence, KV head, a chunk of at most 4 new tokens): its rows, G = H / Hkv query
+// heads times the chunk's tokens, are scored and weighted together, so each key and value is read
+// once per chunk. `attention` (one cache, B sequences alike) and `attention_segments` (one cache per
+// sequence, as `decoder_layers` runs them) both run `attend` below, so there is one copy of it.
+namespace {
+
+// One sequence's part of an attention call. Query row (t, h) lies at q + t * token_stride +
+// h * head_stride, D floats, and its output at the same offset from out.
+struct AttentionSegment {
+  const float* q;
+  float* out;
+  int64_t token_stride, head_stride;
+  const float* keys;    // [Hkv, S, D]: the layer's cache, the new tokens already at slots [past, past + T)
+  const float* values;  // [Hkv, S, D]
+  int64_t max_len;      // S
+  int64_t past, seq;    // the cached slots [0, past) every new token sees; T
+  const bool* mask;     // [T, T] (new token t sees new token j), or nullptr for causal
+  float* keys_t;        // [Hkv, blocks, D, 16]: keys transposed beforehand, or nullptr: the item does it
+  int64_t chunk, chunks;  // new tokens per work item (min(T, 4)) and the items per KV head
+};
+
+// Keys [width <= 16, D] (consecutive cache slots) -> kt [D, 16]: one key per lane, zeros past width.
+void transpose_key_block(const float* src, int64_t width, int64_t dim, float* kt) {
+  if (dim % kLanes == 0) {
+    for (int64_t d0 = 0; d0 < dim; d0 += kLanes) {
+      Vec tile[kLanes];
+      for (int64_t l = 0; l < kLanes; ++l) tile[l] = l < width ? load(src + l * dim + d0) : Vec{};
+      transpose(tile);
+      for (int64_t j = 0; j < kLanes; ++j) store(kt + (d0 + j) * kLanes, tile[j]);
+    }
+  } else {
+    if (width < kLanes) std::fill(kt, kt + dim * kLanes, 0.f);
+    for (int64_t l = 0; l < width; ++l)
+      for (int64_t d = 0; d < dim; ++d) kt[d * kLanes + l] = src[l * dim + d];
+  }
+}
+
+// A worker's buffers, grown as needed and reused from item to item.
+struct AttentionScratch {
+  std::vector<float> keys_t;       // [blocks, D, 16]: the item's KV head's keys, when it transposes them
+  std::vector<float> scores, weights;  // [rows, padded] by slot; [rows, slots] by visible slot
+  std::vector<int64_t> fresh;      // [rows, T]: each row's visible new slots, ascending
+  std::vector<int64_t> fresh_count;  // [rows]
+  std::vector<float> totals;       // [rows]
+  std::vector<float> padding;      // [kRowGroup, D]: outputs of padding rows, discarded
+  std::vector<float> queries;      // [rows + kRowGroup, D]
+};
+
+// One work item: chunk c of segment seg's new tokens against KV head kvh; writes its rows' outputs.
+void attend(const AttentionSegment& seg, int64_t kvh, int64_t c, int64_t group, int64_t dim,
+            AttentionScratch& scratch) {
+  const int64_t seq = seg.seq, past = seg.past, slots = past + seq;
+  const int64_t padded = (slots + kLanes - 1) / kLanes * kLanes, key_blocks = padded / kLanes;
+  const float scale = 1.f / std::sqrt(static_cast<float>(dim));
+  const int64_t t0 = c * seg.chunk, tokens = std::min(seg.chunk, seq - t0), rows = group * tokens;
+  const float* vbase = seg.values + kvh * seg.max_len * dim;  // [S, D]
+  const bool causal = seg.mask == nullptr;
+  auto offset = [&](int64_t r) {  // row r = (g, t): query head kvh * G + g, token t0 + t
+    return (t0 + r % tokens) * seg.token_stride + (kvh * group + r / tokens) * seg.head_stride;
+  };
+  // the KV head's keys, transposed in blocks of 16 slots: [blocks, D, 16]
+  const float* kvh_keys_t;
+  if (seg.keys_t != nullptr) {
+    kvh_keys_t = seg.keys_t + kvh * key_blocks * dim * kLanes;
+  } else {
+    scratch.keys_t.resize(key_blocks * dim * kLanes);
+    const float* src = seg.keys + kvh * seg.max_len * dim;
+    for (int64_t block = 0; block < key_blocks; ++block) {
+      const int64_t s0 = block * kLanes;
+      transpose_key_block(src + s0 * dim, std::min<int64_t>(kLanes, slots - s0), dim,
+                          scratch.keys_t.data() + block * dim * kLanes);
+    }
+    kvh_keys_t = scratch.keys_t.data();
+  }
+  std::vector<float>& scores = scratch.scores;
+  std::vector<float>& weights = scratch.weights;
+  std::vector<float>& queries = scratch.queries;
+  scores.resize(rows * padded);
+  queries.assign((rows + kRowGroup) * dim, 0.f);  // the item's query rows, contiguous
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(queries.data() + r * dim, seg.q + offset(r), dim * sizeof(float));
+  for (int64_t s0 = 0; s0 < slots; s0 += kLanes) {
+    const float* kt = kvh_keys_t + (s0 / kLanes) * dim * kLanes;
+    for (int64_t r0 = 0; r0 < rows; r0 += kRowGroup) {  // kRowGroup independent chains in flight
+      const float* qg = queries.data() + r0 * dim;  // [kRowGroup, D], rows past the last padded
+      Vec acc[kRowGroup] = {};
+      for (int64_t d = 0; d < dim; ++d) {
+        const Vec kd = load(kt + d * kLanes);
+        for (int i = 0; i < kRowGroup; ++i) acc[i] = acc[i] + qg[i * dim + d] * kd;
+      }
+      for (int i = 0; i < kRowGroup && r0 + i < rows; ++i) store(scores.data() + (r0 + i) * padded + s0, acc[i] * scale);
+    }
+  }
+  scratch.fresh.resize(rows * seq);
+  weights.resize(rows * slots);
+  scratch.fresh_count.assign(rows, 0);
+  scratch.totals.assign(rows, 0.f);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t t = t0 + r % tokens;
+    int64_t* vis = scratch.fresh.data() + r * seq;  // the visible slots are [0, past), then these
+    int64_t m = 0;
+    for (int64_t j = 0; j < seq; ++j)
+      if (causal ? j <= t : seg.mask[t * seq + j]) vis[m++] = past + j;
+    scratch.fresh_count[r] = m;
+    const int64_t n = past + m;
+    const float* sr = scores.data() + r * padded;
+    float* e = weights.data() + r * slots;
+    float top = -INFINITY;  // the max is exact in any order: the cached slots a vector at a time
+    Vec top_lanes = splat(-INFINITY);
+    int64_t s = 0;
+    for (; s + kLanes <= past; s += kLanes) {
+      const Vec v = load(sr + s);
+      top_lanes = v > top_lanes ? v : top_lanes;
+    }
+    for (int l = 0; l < kLanes; ++l) top = std::max(top, top_lanes[l]);
+    for (; s < past; ++s) top = std::max(top, sr[s]);
+    for (int64_t i = 0; i < m; ++i) top = std::max(top, sr[vis[i]]);
+    for (int64_t i = 0; i < past; ++i) e[i] = sr[i] - top;
+    for (int64_t i = 0; i < m; ++i) e[past + i] = sr[vis[i]] - top;
+    Vec sum = {};  // lane l sums the weights of visible slots l, l + 16, ... in order; then a fixed fold
+    for (int64_t i = 0; i < n; i += kLanes) {
+      const int64_t width = std::min<int64_t>(kLanes, n - i);
+      const Vec w = fixed_exp(load(e + i, width));
+      store(e + i, w, width);
+      sum = sum + (width == kLanes ? w : load(e + i, width));
+    }
+    scratch.totals[r] = fold(sum);
+    std::memset(seg.out + offset(r), 0, dim * sizeof(float));
+  }
+  auto accumulate = [&](float* orow, float p, const float* vrow) {  // orow += p * vrow
+    for (int64_t d = 0; d < dim; d += kLanes) {
+      const int64_t width = std::min<int64_t>(kLanes, dim - d);
+      store(orow + d, load(orow + d, width) + p * load(vrow + d, width), width);
+    }
+  };
+  // the cached slots, seen by every row: each value row is read once for all rows
+  scratch.padding.resize(kRowGroup * dim);
+  for (int64_t r0 = 0; r0 < rows; r0 += kRowGroup) {
+    const int64_t group_rows = std::min<int64_t>(kRowGroup, rows - r0);
+    float* orows[kRowGroup];
+    const float* weight_rows[kRowGroup];
+    for (int i = 0; i < kRowGroup; ++i) {  // a short group is padded with rows written to scratch
+      const int64_t r = std::min<int64_t>(r0 + i, rows - 1);
+      orows[i] = i < group_rows ? seg.out + offset(r) : scratch.padding.data() + i * dim;
+      weight_rows[i] = weights.data() + r * slots;
+    }
+    if (dim == 64) {
+      weigh_values<4>(orows, weight_rows, vbase, past);
+    } else {
+      for (int64_t s = 0; s < past; ++s)
+        for (int64_t i = 0; i < group_rows; ++i) accumulate(orows[i], weight_rows[i][s], vbase + s * dim);
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    float* orow = seg.out + offset(r);
+    const int64_t* vis = scratch.fresh.data() + r * seq;
+    for (int64_t i = 0; i < scratch.fresh_count[r]; ++i) accumulate(orow, weights[r * slots + past + i], vbase + vis[i] * dim);
+    const float inv = 1.f / scratch.totals[r];
+    for (int64_t d = 0; d < dim; ++d) orow[d] *= inv;
+  }
+}
+
+// All the work items of a call. A segment of at most 4 new tokens is one item per KV head, which
+// transposes its own keys into its worker's scratch (they stay in cache for the scores); the keys
+// of longer segments, shared by several items, are transposed first, in one parallel pass, into
+// `transposed`. Then one parallel pass over every (segment, KV head, chunk) item.
+void attend_all(std::vector<AttentionSegment>& segments, int64_t heads, int64_t kv_heads, int64_t dim,
+                std::vector<float>& transposed) {
+  const int64_t group = heads / kv_heads, count = static_cast<int64_t>(segments.size());
+  // the segments' first items, and first key blocks to transpose beforehand, in flat numbering
+  std::vector<int64_t> first_item(count + 1, 0), first_block(count + 1, 0);
+  for (int64_t b = 0; b < count; ++b) {
+    AttentionSegment& seg = segments[b];
+    TORCH_CHECK(seg.seq >= 1 && seg.past >= 0 && seg.past + seg.seq <= seg.max_len,
+                "attention: the new tokens lie past the cache");
+    seg.chunk = std::min<int64_t>(seg.seq, 4);
+    seg.chunks = (seg.seq + seg.chunk - 1) / seg.chunk;
+    const int64_t key_blocks = (seg.past + seg.seq + kLanes - 1) / kLanes;
+    first_item[b + 1] = first_item[b] + kv_heads * seg.chunks;
+    first_block[b + 1] = first_block[b] + (seg.chunks > 1 ? kv_heads * key_blocks : 0);
+  }
+  auto segment_of = [](const std::vector<int64_t>& first, int64_t item) {  // the b with first[b] <= item < first[b + 1]
+    return static_cast<int64_t>(std::upper_bound(first.begin(), first.end(), item) - first.begin()) - 1;
+  };
+  if (first_block[count] > 0) {
+    transposed.resize(first_block[count] * dim * kLanes);
+    for (int64_t b = 0; b < count; ++b)  // [Hkv, blocks, D, 16] each
+      if (first_block[b + 1] > first_block[b]) segments[b].keys_t = transposed.data() + first_block[b] * dim * kLanes;
+    at::parallel_for(0, first_block[count], 4, [&](int64_t begin, int64_t end) {
+      for (int64_t item = begin; item < end; ++item) {
+        const int64_t b = segment_of(first_block, item);
+        const AttentionSegment& seg = segments[b];
+        const int64_t slots = seg.past + seg.seq, key_blocks = (slots + kLanes - 1) / kLanes;
+        const int64_t local = item - first_block[b], block = local % key_blocks, kvh = local / key_blocks;
+        const int64_t s0 = block * kLanes;
+        transpose_key_block(seg.keys + (kvh * seg.max_len + s0) * dim, std::min<int64_t>(kLanes, slots - s0), dim,
+                            seg.keys_t + local * dim * kLanes);
+      }
+    });
+  }
+  at::parallel_for(0, first_item[count], 1, [&](int64_t begin, int64_t end) {
+    AttentionScratch scratch;
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t b = segment_of(first_item, item);
+      const AttentionSegment& seg = segments[b];
+      const int64_t local = item - first_item[b];
+      attend(seg, local / seg.chunks, local % seg.chunks, group, dim, scratch);
+    }
+  });
+}
+
+// A tree mask as `attend` reads it: bool, contiguous; an empty one (causal) as it is.
+torch::Tensor bool_mask(const torch::Tensor& tree_mask) {
+  if (tree_mask.numel() == 0 || (tree_mask.scalar_type() == torch::kBool && tree_mask.is_contiguous())) return tree_mask;
+  return tree_mask.to(torch::kBool).contiguous();
+}
+
+}  // namespace
+
+// B sequences with one shared cache layout. q: [B, H, T, D]; keys, values: [B, Hkv, S_max, D]
+// (the layer's cache, the new tokens already written at slots [past, past + T)); tree_mask: [T, T]
+// bool (new token t sees new token j) or an empty tensor for causal. Every new token sees all
+// slots [0, past). Returns [B, H, T, D].
 torch::Tensor attention(torch::Tensor q, torch::Tensor keys, torch::Tensor values, int64_t past,
                         torch::Tensor tree_mask) {
   TORCH_CHECK(q.dtype() == torch::kFloat32 && keys.dtype() == torch::kFloat32, "attention wants float32");
   TORCH_CHECK(keys.is_contiguous() && values.is_contiguous(), "attention wants a contiguous cache");
   q = q.contiguous();
   const int64_t batch = q.size(0), heads = q.size(1), seq = q.size(2), dim = q.size(3);
-  const int64_t kv_heads = keys.size(1), max_len = keys.size(2), group = heads / kv_heads;
-  TORCH_CHECK(past + seq <= max_len, "attention: the new tokens lie past the cache");
-  const bool causal = tree_mask.numel() == 0;
-  torch::Tensor mask = causal ? tree_mask : tree_mask.to(torch::kBool).contiguous();
-  const bool* pm = causal ? nullptr : mask.data_ptr<bool>();
+  const int64_t kv_heads = keys.size(1), max_len = keys.size(2);
+  torch::Tensor mask = bool_mask(tree_mask);
   auto out = torch::empty_like(q);
-  const float* pq = q.data_ptr<float>();
-  const float* pk = keys.data_ptr<float>();
-  const float* pv = values.data_ptr<float>();
-  float* po = out.data_ptr<float>();
-  const float scale = 1.f / std::sqrt(static_cast<float>(dim));
-  const int64_t slots = past + seq, padded = (slots + kLanes - 1) / kLanes * kLanes;
-  // first the keys, transposed in blocks of 16 (one key per lane), once for all rows:
-  // [B, Hkv, blocks, D, 16], zeros past the last slot
-  const int64_t key_blocks = padded / kLanes;
-  std::unique_ptr<float[]> transposed(new float[batch * kv_heads * key_blocks * dim * kLanes]);
-  at::parallel_for(0, batch * kv_heads * key_blocks, 4, [&](int64_t begin, int64_t end) {
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t block = item % key_blocks, head = item / key_blocks;  // head: b * Hkv + kvh
-      const int64_t s0 = block * kLanes, width = std::min<int64_t>(kLanes, slots - s0);
-      const float* src = pk + (head * max_len + s0) * dim;
-      float* kt = transposed.get() + item * dim * kLanes;
-      if (dim % kLanes == 0) {
-        for (int64_t d0 = 0; d0 < dim; d0 += kLanes) {
-          Vec tile[kLanes];
-          for (int64_t l = 0; l < kLanes; ++l) tile[l] = l < width ? load(src + l * dim + d0) : Vec{};
-          transpose(tile);
-          for (int64_t j = 0; j < kLanes; ++j) store(kt + (d0 + j) * kLanes, tile[j]);
-        }
-      } else {
-        if (width < kLanes) std::fill(kt, kt + dim * kLanes, 0.f);
-        for (int64_t l = 0; l < width; ++l)
-          for (int64_t d = 0; d < dim; ++d) kt[d * kLanes + l] = src[l * dim + d];
-      }
-    }
-  });
-  // then the work items: (batch, KV head, a chunk of new tokens); an item's rows are its G heads x tokens
-  const int64_t chunk = std::min<int64_t>(seq, 4), chunks = (seq + chunk - 1) / chunk;
-  at::parallel_for(0, batch * kv_heads * chunks, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores, weights;          // [rows, padded] by slot; [rows, slots] by visible slot
-    std::vector<int64_t> fresh;                  // [rows, T]: each row's visible new slots, ascending
-    std::vector<int64_t> fresh_count;            // [rows]
-    std::vector<float> totals;                   // [rows]
-    std::vector<float> scratch(kRowGroup * dim);  // outputs of padding rows, discarded
-    std::vector<float> queries;                   // [rows + kRowGroup, D]
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t c = item % chunks, kvh = (item / chunks) % kv_heads, b = item / (chunks * kv_heads);
-      const int64_t t0 = c * chunk, tokens = std::min(chunk, seq - t0), rows = group * tokens;
-      const float* vbase = pv + (b * kv_heads + kvh) * max_len * dim;
-      auto offset = [&](int64_t r) {  // row r = (g, t): query head kvh * G + g, token t0 + t
-        return ((b * heads + kvh * group + r / tokens) * seq + t0 + r % tokens) * dim;
-      };
-      scores.resize(rows * padded);
-      queries.assign((rows + kRowGroup) * dim, 0.f);  // the item's query rows, contiguous
-      for (int64_t r = 0; r < rows; ++r) std::memcpy(queries.data() + r * dim, pq + offset(r), dim * sizeof(float));
-      for (int64_t s0 = 0; s0 < slots; s0 += kLanes) {
-        const float* kt = transposed.get() + ((b * kv_heads + kvh) * key_blocks + s0 / kLanes) * dim * kLanes;
-        for (int64_t r0 = 0; r0 < rows; r0 += kRowGroup) {  // kRowGroup independent chains in flight
-          const float* qg = queries.data() + r0 * dim;  // [kRowGroup, D], rows past the last padded
-          Vec acc[kRowGroup] = {};
-          for (int64_t d = 0; d < dim; ++d) {
-            const Vec kd = load(kt + d * kLanes);
-            for (int i = 0; i < kRowGroup; ++i) acc[i] = acc[i] + qg[i * dim + d] * kd;
-          }
-          for (int i = 0; i < kRowGroup && r0 + i < rows; ++i) store(scores.data() + (r0 + i) * padded + s0, acc[i] * scale);
-        }
-      }
-      fresh.resize(rows * seq);
-      weights.resize(rows * slots);
-      fresh_count.assign(rows, 0);
-      totals.assign(rows, 0.f);
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t t = t0 + r % tokens;
-        int64_t* vis = fresh.data() + r * seq;  // the visible slots are [0, past), then these
-        int64_t m = 0;
-        for (int64_t j = 0; j < seq; ++j)
-          if (causal ? j <= t : pm[t * seq + j]) vis[m++] = past + j;
-        fresh_count[r] = m;
-        const int64_t n = past + m;
-        const float* sr = scores.data() + r * padded;
-        float* e = weights.data() + r * slots;
-        float top = -INFINITY;  // the max is exact in any order: the cached slots a vector at a time
-        Vec top_lanes = splat(-INFINITY);
-        int64_t s = 0;
-        for (; s + kLanes <= past; s += kLanes) {
-          const Vec v = load(sr + s);
-          top_lanes = v > top_lanes ? v : top_lanes;
-        }
-        for (int l = 0; l < kLanes; ++l) top = std::max(top, top_lanes[l]);
-        for (; s < past; ++s) top = std::max(top, sr[s]);
-        for (int64_t i = 0; i < m; ++i) top = std::max(top, sr[vis[i]]);
-        for (int64_t i = 0; i < past; ++i) e[i] = sr[i] - top;
-        for (int64_t i = 0; i < m; ++i) e[past + i] = sr[vis[i]] - top;
-        Vec sum = {};  // lane l sums the weights of visible slots l, l + 16, ... in order; then a fixed fold
-        for (int64_t i = 0; i < n; i += kLanes) {
-          const int64_t width = std::min<int64_t>(kLanes, n - i);
-          const Vec w = fixed_exp(load(e + i, width));
-          store(e + i, w, width);
-          sum = sum + (width == kLanes ? w : load(e + i, width));
-        }
-        totals[r] = fold(sum);
-        std::memset(po + offset(r), 0, dim * sizeof(float));
-      }
-      auto accumulate = [&](float* orow, float p, const float* vrow) {  // orow += p * vrow
-        for (int64_t d = 0; d < dim; d += kLanes) {
-          const int64_t width = std::min<int64_t>(kLanes, dim - d);
-          store(orow + d, load(orow + d, width) + p * load(vrow + d, width), width);
-        }
-      };
-      // the cached slots, seen by every row: each value row is read once for all rows
-      for (int64_t r0 = 0; r0 < rows; r0 += kRowGroup) {
-        const int64_t group_rows = std::min<int64_t>(kRowGroup, rows - r0);
-        float* orows[kRowGroup];
-        const float* weight_rows[kRowGroup];
-        for (int i = 0; i < kRowGroup; ++i) {  // a short group is padded with rows written to scratch
-          const int64_t r = std::min<int64_t>(r0 + i, rows - 1);
-          orows[i] = i < group_rows ? po + offset(r) : scratch.data() + i * dim;
-          weight_rows[i] = weights.data() + r * slots;
-        }
-        if (dim == 64) {
-          weigh_values<4>(orows, weight_rows, vbase, past);
-        } else {
-          for (int64_t s = 0; s < past; ++s)
-            for (int64_t i = 0; i < group_rows; ++i) accumulate(orows[i], weight_rows[i][s], vbase + s * dim);
-        }
-      }
-      for (int64_t r = 0; r < rows; ++r) {
-        float* orow = po + offset(r);
-        const int64_t* vis = fresh.data() + r * seq;
-        for (int64_t i = 0; i < fresh_count[r]; ++i) accumulate(orow, weights[r * slots + past + i], vbase + vis[i] * dim);
-        const float inv = 1.f / totals[r];
-        for (int64_t d = 0; d < dim; ++d) orow[d] *= inv;
-      }
-    }
-  });
+  std::vector<AttentionSegment> segments(batch);
+  for (int64_t b = 0; b < batch; ++b) {  // sequence b: its [H, T, D] block of q and out
+    AttentionSegment& seg = segments[b];
+    seg.q = q.data_ptr<float>() + b * heads * seq * dim;
+    seg.out = out.data_ptr<float>() + b * heads * seq * dim;
+    seg.token_stride = dim;
+    seg.head_stride = seq * dim;
+    seg.keys = keys.data_ptr<float>() + b * kv_heads * max_len * dim;
+    seg.values = values.data_ptr<float>() + b * kv_heads * max_len * dim;
+    seg.max_len = max_len;
+    seg.past = past;
+    seg.seq = seq;
+    seg.mask = mask.numel() ? mask.data_ptr<bool>() : nullptr;
+    seg.keys_t = nullptr;
+  }
+  std::vector<float> transposed;
+  attend_all(segments, heads, kv_heads, dim, transposed);
+  return out;
+}
+
+// The segments of a pass, one per sequence, each with its own cache, in one call (see
+// `decoder_layers`). q: [N, H, D], the new tokens of segment after segment (T_b = tokens[b] rows
+// each); keys[b], values[b]: [L, 1, Hkv, S_b, D], of which layer `layer` is used, the new tokens
+// already written at slots [pasts[b], pasts[b] + T_b); tree_masks[b]: [T_b, T_b] bool or empty for
+// causal. Returns [N, H, D], each row as `attention` computes it for its sequence alone.
+torch::Tensor attention_segments(torch::Tensor q, const std::vector<torch::Tensor>& keys,
+                                 const std::vector<torch::Tensor>& values, int64_t layer,
+                                 const std::vector<int64_t>& pasts, const std::vector<int64_t>& tokens,
+                                 const std::vector<torch::Tensor>& tree_masks) {
+  TORCH_CHECK(q.dtype() == torch::kFloat32 && q.dim() == 3, "attention_segments wants float32 q [N, H, D]");
+  const size_t count = tokens.size();
+  TORCH_CHECK(keys.size() == count && values.size() == count && pasts.size() == count && tree_masks.size() == count,
+              "attention_segments: one cache, past and tree mask per segment");
+  q = q.contiguous();
+  const int64_t rows = q.size(0), heads = q.size(1), dim = q.size(2);
+  auto out = torch::empty_like(q);
+  std::vector<torch::Tensor> masks(count);
+  std::vector<AttentionSegment> segments(count);
+  int64_t start = 0;
+  int64_t kv_heads = 0;
+  for (size_t b = 0; b < count; ++b) {  // segment b: rows [start, start + T_b) of q and out
+    const torch::Tensor& k = keys[b];
+    const torch::Tensor& v = values[b];
+    TORCH_CHECK(k.dim() == 5 && k.size(1) == 1 && k.size(4) == dim && k.sizes() == v.sizes() &&
+                k.dtype() == torch::kFloat32 && v.dtype() == torch::kFloat32 && k.is_contiguous() &&
+                v.is_contiguous() && layer >= 0 && layer < k.size(0),
+                "attention_segments wants contiguous float32 caches [L, 1, Hkv, S, D]");
+    TORCH_CHECK(b == 0 || k.size(2) == kv_heads, "attention_segments: the caches' KV heads differ");
+    kv_heads = k.size(2);
+    masks[b] = bool_mask(tree_masks[b]);
+    AttentionSegment& seg = segments[b];
+    seg.q = q.data_ptr<float>() + start * heads * dim;
+    seg.out = out.data_ptr<float>() + start * heads * dim;
+    seg.token_stride = heads * dim;
+    seg.head_stride = dim;
+    seg.keys = k.data_ptr<float>() + layer * k.stride(0);
+    seg.values = v.data_ptr<float>() + layer * v.stride(0);
+    seg.max_len = k.size(3);
+    seg.past = pasts[b];
+    seg.seq = tokens[b];
+    seg.mask = masks[b].numel() ? masks[b].data_ptr<bool>() : nullptr;
+    TORCH_CHECK(seg.mask == nullptr || masks[b].numel() == seg.seq * seg.seq, "attention_segments: a tree mask is not [T_b, T_b]");
+    seg.keys_t = nullptr;
+    start += tokens[b];
+  }
+  TORCH_CHECK(start == rows, "attention_segments: the segments' tokens do not add up to the rows");
+  if (count == 0) return out;
+  TORCH_CHECK(heads % kv_heads == 0, "attention_segments: the heads are not a multiple of the KV heads");
+  std::vector<float> transposed;
+  attend_all(segments, heads, kv_heads, dim, transposed);
   return out;
 }
 
@@ -358,6 +515,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rms_norm", &rms_norm, "row-wise RMSNorm in a fixed order");
   m.def("silu_mul", &silu_mul, "silu(gate) * up");
   m.def("attention", &attention, "batch-invariant attention over a static cache");
+  m.def("attention_segments", &attention_segments, "batch-invariant attention of segments, one cache each, in one call");
   m.def("quant_linear", &quant_linear, "4- or 8-bit weights x 8-bit rows, every row by one recipe");
   m.def("pack_quant_weights", &pack_quant_weights, "codes, scales (and 4-bit offsets) into quant_linear's layout",
         py::arg("codes"), py::arg("scales"), py::arg("offsets") = py::none());
