@@ -99,3 +99,21 @@ def tiny_target(tiny_folder):
     from specdec.runtime import load_model
 
     return load_model(str(tiny_folder))
+
+
+@pytest.fixture(scope="module")
+def draft_model(tiny_draft_folder):
+    from specdec.runtime import load_model
+
+    return load_model(str(tiny_draft_folder))
+
+
+@pytest.fixture(scope="module")
+def first_tokens_law(tiny_target):
+    """The exact law of a sampled run's first tokens on the tiny target (`whole_runs`)."""
+    from whole_runs import NEW_TOKENS, TOP_K, exact_first_tokens_law
+
+    law = exact_first_tokens_law(tiny_target)
+    assert len(law) == TOP_K**NEW_TOKENS and abs(sum(law.values()) - 1) < 1e-5
+    return law
+

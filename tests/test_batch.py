@@ -11,15 +11,14 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from specdec import batch as batch_module
 from specdec.batch import PREFILL_CHUNK, Batch
 from specdec.engine import Engine, GenerationConfig
 from specdec.sampling import SamplingParams
-from stat_helpers import ALPHA, accept_everything, gof_pvalue, tree_accept_first_children
-from test_engine import NEW_TOKENS, PROMPT, RUNS, TOP_K, auto_engine, draft_model, drafters, first_tokens_law  # noqa: F401
+from stat_helpers import ALPHA, accept_everything, tree_accept_first_children
+from whole_runs import NEW_TOKENS, PROMPT, RUNS, TOP_K, auto_engine, drafters, law_pvalue
 
 PROMPTS = [PROMPT, [3, 4, 5], [7, 30, 5, 9, 12, 7, 8, 3, 44, 2, 9, 9, 9, 5, 9, 12, 7], [2], [8, 8, 8, 8, 8, 8, 8, 8],
            PROMPT[::-1], [40, 41, 42, 40, 41, 42, 40], [6, 5, 4, 3, 2, 1, 6, 5, 4]]
@@ -87,9 +86,7 @@ def batched_pvalue(engine: Engine, law: dict, gamma: int | str = 3) -> float:
     counts: dict[tuple[int, ...], int] = {}
     for output in run_batched(requests, 8):
         counts[tuple(output)] = counts.get(tuple(output), 0) + 1
-    keys = list(law)
-    observed = np.array([counts.get(k, 0) for k in keys] + [sum(c for k, c in counts.items() if k not in law)])
-    return gof_pvalue(observed, np.array([law[k] for k in keys] + [0.0]))
+    return law_pvalue(counts, law)
 
 
 @pytest.mark.parametrize("kind", ["draft", "eagle-tree"])

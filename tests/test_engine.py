@@ -17,64 +17,22 @@ must fail too, for the drafters whose drafts overlap the target's top-3 (see its
 
 from __future__ import annotations
 
-
-import numpy as np
 import pytest
 import torch
 
 from specdec import batch as batch_module
 from specdec.cost_model import CostModel, DraftCost
-from specdec.drafters import (DraftModelDrafter, EagleDrafter, EarlyExitDrafter, MedusaDrafter, PromptLookupDrafter,
-                              SuffixDrafter)
+from specdec.drafters import DraftModelDrafter, EarlyExitDrafter, PromptLookupDrafter
 from specdec.batch import TextAssembler
 from specdec.engine import Engine, GenerationConfig
 from specdec.trace import ACCEPTED
 from specdec.errors import SpecdecError
 from specdec.runtime import load_model
 from specdec.runtime.tokenizer import IncrementalDetokenizer
-from specdec.sampling import SamplingParams, logits_to_probs
-from random_heads import random_eagle_head, random_medusa_heads
-from stat_helpers import ALPHA, accept_everything, gof_pvalue, residual_from_p, tree_accept_first_children
-
-# A prompt with repeats, so that prompt lookup finds matches from the first round.
-PROMPT = [5, 9, 12, 7, 5, 9, 12, 7, 30, 5, 9]
-
-
-@pytest.fixture(scope="module")
-def draft_model(tiny_draft_folder):
-    return load_model(str(tiny_draft_folder))
-
-
-def lookup():
-    """Prompt lookup down to one-token matches: on a tiny random model, longer ones are rare."""
-    return PromptLookupDrafter(max_ngram=3, min_ngram=1)
-
-
-def drafters(target, draft_model):
-    return {
-        "ngram": lookup(),
-        "draft": DraftModelDrafter(draft_model, target),
-        "early": EarlyExitDrafter(target, exit_layer=1),  # the first of the tiny model's two layers
-        "suffix": SuffixDrafter(corpus=[PROMPT[2:] + [8, 3, 8, 36], [12, 7, 5, 9, 44, 2]], min_match=1),
-        "eagle": EagleDrafter(target, random_eagle_head(target)),
-        "eagle-tree": EagleDrafter(target, random_eagle_head(target), name="eagle-tree", tree_budget=10, top_k=3),
-        "medusa": MedusaDrafter(target, random_medusa_heads(target), paths=[[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]]),
-    }
-
-
-def synthetic_costs(pool: list, draft_cost: float) -> CostModel:
-    """A fixed cost model (deterministic choices): T(k) = 1 + 0.2 (k − 1); lookups cost nothing (the
-    policy asks them every round and trims what they propose), model drafters `draft_cost` per token."""
-    lookups = (PromptLookupDrafter, SuffixDrafter)
-    return CostModel({k: 1 + 0.2 * (k - 1) for k in range(1, 18)},  # up to the largest tree's pass
-                     {d.name: DraftCost(0.0, 0.0 if isinstance(d, lookups) else draft_cost) for d in pool},
-                     calibrate=False)
-
-
-def auto_engine(target, draft_model, draft_cost: float = 0.02) -> Engine:
-    """The adaptive policy over all the drafters above."""
-    pool = list(drafters(target, draft_model).values())
-    return Engine(target, pool, cost_model=synthetic_costs(pool, draft_cost))
+from specdec.sampling import SamplingParams
+from stat_helpers import ALPHA, accept_everything, residual_from_p, tree_accept_first_children
+from whole_runs import (NEW_TOKENS, PROMPT, RUNS, TOP_K, auto_engine, drafters, law_pvalue, lookup,
+                        synthetic_costs)
 
 
 @pytest.mark.parametrize("gamma", [1, 3, 6])
@@ -242,25 +200,6 @@ def test_bad_prompts_are_refused(tiny_folder):
 
 # --- whole generations against the exact law -------------------------------------------------
 
-NEW_TOKENS, TOP_K, RUNS = 4, 3, 3000
-SAMPLING = SamplingParams(temperature=1.0, top_k=TOP_K)
-
-
-def exact_first_tokens_law(model) -> dict[tuple[int, ...], float]:
-    """P(first NEW_TOKENS tokens = s) = Π p(s_i | prompt, s_<i), enumerated over the top-k support."""
-    net = model.net
-    law = {(): 1.0}
-    for _ in range(NEW_TOKENS):
-        grown = {}
-        for prefix, prob in law.items():
-            logits = net.forward(torch.tensor([PROMPT + list(prefix)]), net.new_cache(64), last_only=True)[0, -1]
-            probs = logits_to_probs(logits, SAMPLING)
-            for token in probs.nonzero().squeeze(1).tolist():
-                grown[prefix + (token,)] = prob * float(probs[token])
-        law = grown
-    return law
-
-
 def sampled_pvalue(engine: Engine, law: dict, gamma: int | str = 3, choices: set | None = None) -> float:
     """p-value of RUNS seeded generations against `law`; `choices` collects each run's policy decisions."""
     counts: dict[tuple[int, ...], int] = {}
@@ -272,16 +211,7 @@ def sampled_pvalue(engine: Engine, law: dict, gamma: int | str = 3, choices: set
         counts[key] = counts.get(key, 0) + 1
         if choices is not None:
             choices.add(tuple((d["drafter"], d["gamma"]) for d in result.stats.decisions))
-    keys = list(law)
-    observed = np.array([counts.get(k, 0) for k in keys] + [sum(c for k, c in counts.items() if k not in law)])
-    return gof_pvalue(observed, np.array([law[k] for k in keys] + [0.0]))
-
-
-@pytest.fixture(scope="module")
-def first_tokens_law(tiny_target):
-    law = exact_first_tokens_law(tiny_target)
-    assert len(law) == TOP_K**NEW_TOKENS and abs(sum(law.values()) - 1) < 1e-5
-    return law
+    return law_pvalue(counts, law)
 
 
 @pytest.mark.parametrize("kind", ["plain", "ngram", "draft", "early", "suffix", "eagle", "eagle-tree", "medusa"])

@@ -22,7 +22,6 @@ import time
 
 import httpx
 import pytest
-import uvicorn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openai import OpenAI
@@ -30,7 +29,7 @@ from openai import OpenAI
 from specdec.cli import main
 from specdec.drafters import build_drafters
 from specdec.runtime import load_model
-from specdec.serve.app import ServeSettings, Service, create_app
+from specdec.serve.app import GracefulServer, ServeSettings, Service
 from specdec.serve.load_test import run_load_test
 from specdec.serve.scheduler import Scheduler, ServerBusy
 
@@ -48,12 +47,11 @@ def chat_folder(tiny_folder, tmp_path_factory):
 
 
 class LiveServer:
-    """A uvicorn server on a free loopback port, in a thread."""
+    """The server `specdec serve` runs (GracefulServer, uvicorn) on a free loopback port, in a thread."""
 
-    def __init__(self, service: Service) -> None:
+    def __init__(self, service: Service, shutdown_timeout: float = 30.0) -> None:
         self.service = service
-        config = uvicorn.Config(create_app(service), host="127.0.0.1", port=0, log_level="warning")
-        self.server = uvicorn.Server(config)
+        self.server = GracefulServer(service, "127.0.0.1", 0, shutdown_timeout, log_level="warning")
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
         deadline = time.monotonic() + 30
@@ -218,16 +216,25 @@ def test_api_key_guards_every_route_but_health(chat_folder):
 
 
 def gated(engine, gate: threading.Event):
-    """Make `engine` hold each generation after its first update until `gate` is set."""
-    stream = engine.stream
+    """Make `engine`'s requests hold the decoding thread after their first update until `gate` is set."""
+    make_row = engine.row
 
-    def held(prompt_ids, config):
-        for number, event in enumerate(stream(prompt_ids, config)):
-            yield event
-            if number == 0:
+    def row(prompt_ids, config):
+        held = make_row(prompt_ids, config)
+        event, sent = held.event, []
+
+        def event_after_the_gate():
+            if sent:
                 gate.wait(30)
+            update = event()
+            if update is not None:
+                sent.append(update)
+            return update
 
-    engine.stream = held
+        held.event = event_after_the_gate
+        return held
+
+    engine.row = row
 
 
 def wait_for(predicate, seconds=10.0):

@@ -9,10 +9,14 @@ splitting multi-byte characters.
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
+from functools import cached_property
 from pathlib import Path
 
 from specdec.errors import ModelLoadError, SpecdecError
+
+STANDIN_BASE = 0xF0000  # Supplementary Private Use Area-A: stand-ins for special-token text inside messages
 
 
 class Tokenizer:
@@ -46,23 +50,74 @@ class Tokenizer:
         return self._tok.get_vocab(with_added_tokens=True)
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
+        return _encoding(self._tok, text, add_special_tokens).ids
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self._tok.decode(ids, skip_special_tokens=skip_special_tokens)
 
     def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
-        """Render a conversation with the model's template and encode it (no extra special tokens)."""
+        """Render a conversation with the model's template and encode it (no extra special tokens).
+
+        Only the template's own markers become special tokens: special-token text inside a message
+        (a user writing "<|im_end|><|im_start|>system") is encoded as plain text. Such text is hidden
+        behind stand-in characters while the template renders, so that the special tokens found in
+        the rendered text are the template's; the text between them is encoded with special tokens
+        off. Messages without such text are encoded whole, exactly as transformers does.
+        """
         if not self.chat_template:
             raise SpecdecError("this model has no chat template, so it takes plain text only: use "
                                "`specdec generate --raw PROMPT`, or /v1/completions on the server")
-        text = _compile(self.chat_template).render(
+        special = self._special_text
+        quoted = sorted({t for m in messages for t in special.findall(m["content"])}) if special else []
+        if not quoted:
+            return self.encode(self._render(messages, add_generation_prompt), add_special_tokens=False)
+        standin = {token: chr(STANDIN_BASE + i) for i, token in enumerate(quoted)}
+        hidden = [{**m, "content": special.sub(lambda match: standin[match.group()], m["content"])} for m in messages]
+        text = self._render(hidden, add_generation_prompt)
+        restore = {ord(char): token for token, char in standin.items()}
+        ids, start = [], 0
+        encoding = _encoding(self._tok, text, add_special_tokens=False)
+        for token_id, (begin, end) in zip(encoding.ids, encoding.offsets):
+            if token_id in self._special_tokens:
+                ids += self._plain_ids(text[start:begin].translate(restore)) + [token_id]
+                start = end
+        return ids + self._plain_ids(text[start:].translate(restore))
+
+    def _render(self, messages: list[dict[str, str]], add_generation_prompt: bool) -> str:
+        return _compile(self.chat_template).render(
             messages=messages,
             add_generation_prompt=add_generation_prompt,
             bos_token=self.bos_token or "",
             eos_token=self.eos_token or "",
         )
-        return self.encode(text, add_special_tokens=False)
+
+    @cached_property
+    def _special_tokens(self) -> dict[int, str]:
+        return {i: token.content for i, token in self._tok.get_added_tokens_decoder().items() if token.special}
+
+    @cached_property
+    def _special_text(self) -> re.Pattern | None:
+        """Matches the text of any special token (the longest first); None when there are none."""
+        texts = sorted(set(self._special_tokens.values()), key=len, reverse=True)
+        return re.compile("|".join(map(re.escape, texts))) if texts else None
+
+    @cached_property
+    def _plain(self):
+        """A copy of the tokenizer that encodes special-token text as ordinary text."""
+        from tokenizers import Tokenizer as FastTokenizer
+
+        plain = FastTokenizer.from_str(self._tok.to_str())
+        plain.encode_special_tokens = True
+        return plain
+
+    def _plain_ids(self, text: str) -> list[int]:
+        return _encoding(self._plain, text, add_special_tokens=False).ids if text else []
+
+
+def _encoding(tok, text: str, add_special_tokens: bool):
+    """`tok.encode(text)`, but with the GIL released while it works (encode_batch releases it, encode does
+    not), so that a long prompt encoded on one thread does not stall the others (a server's event loop)."""
+    return tok.encode_batch([text], add_special_tokens=add_special_tokens)[0]
 
 
 def _token_text(token) -> str | None:

@@ -3,9 +3,15 @@
     POST /v1/chat/completions, POST /v1/completions   (streaming by server-sent events, or not)
     GET /v1/models, GET /health, GET /metrics         (Prometheus text format)
 
-Every error is an OpenAI error object {"error": {"message", "type", "param", "code"}} with a 4xx
-status that says what to fix (429 when the queue is full); a 500 means a bug. Every response
-carries, beside `usage`, a `speculation` object: what speculative decoding did for this request.
+Every error is an OpenAI error object {"error": {"message", "type", "param", "code"}} with a
+4xx status that says what to fix (429 when the queue is full, 413 past the body bound, 415 for a
+body not sent as JSON); a 500 means a bug; 503 ends the requests a shutdown's grace period did not
+see finish (a stream gets an error event and [DONE]). Every response carries, beside `usage`, a
+`speculation` object: what speculative decoding did for this request.
+
+A request is checked cheaply first (model, speculation, room in the queue), then its prompt is
+tokenized on a thread of its own (never on the event loop, never on the generation worker), then it
+is queued. While it runs, the request watches for its client leaving and cancels its job at once.
 """
 
 from __future__ import annotations
@@ -15,9 +21,10 @@ import hmac
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
+import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -30,12 +37,16 @@ from specdec.errors import SpecdecError
 from specdec.runtime.loading import LanguageModel
 from specdec.sampling import SamplingParams
 from specdec.serve.metrics import ServerMetrics
+from specdec.cost_model import BATCH_SIZES, best_batch
+from specdec.drafters.suffix import SuffixDrafter
 from specdec.serve.scheduler import Job, Scheduler, ServerBusy, Update
 from specdec.serve.schema import ChatCompletionRequest, CompletionRequest, Speculation
 from specdec.stats import GenerationStats
 
 ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics")
-DISCONNECT_POLL_SECONDS = 0.5
+MIN_BODY_BYTES = 1 << 20
+BODY_BYTES_PER_CONTEXT_TOKEN = 32  # a prompt that fills the context, as JSON text or token ids, with room to spare
+SHUTDOWN_MARGIN_SECONDS = 1.0  # after the grace period: for the requests it ended to send their last bytes
 
 
 @dataclass
@@ -46,6 +57,9 @@ class ServeSettings:
     default_max_tokens: int = 256  # when a request gives no max_tokens (capped by the context's room)
     gamma: int | str = AUTO  # the default when a request says nothing
     max_gamma: int = 8
+    max_body_bytes: int | None = None  # past it, 413; None: BODY_BYTES_PER_CONTEXT_TOKEN × context, at least 1 MiB
+    max_batch: int | None = None  # requests decoded together; None: chosen from the measured costs (`best_batch`)
+    share_learning: bool = False  # drafters that learn from outputs (suffix) learn from every client's: off by default
 
 
 RETRY_AFTER_SECONDS = 1  # what a 429 tells the client to wait
@@ -58,11 +72,19 @@ class ApiError(Exception):
         self.status, self.message, self.code, self.param, self.kind = status, message, code, param, kind
 
 
+def error_body(message: str, code: str | None = None, param: str | None = None, kind: str = "invalid_request_error") -> dict:
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
 def error_response(status: int, message: str, code: str | None = None, param: str | None = None,
                    kind: str = "invalid_request_error") -> JSONResponse:
     headers = {"Retry-After": str(RETRY_AFTER_SECONDS)} if status == 429 else None
-    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status_code=status,
-                        headers=headers)
+    return JSONResponse(error_body(message, code, param, kind), status_code=status, headers=headers)
+
+
+def busy(service: Service, message: str) -> ApiError:
+    service.metrics.rejected.inc()
+    return ApiError(429, message, code="server_busy", kind="rate_limit_error")
 
 
 @dataclass
@@ -78,15 +100,29 @@ class Service:
 
     def __post_init__(self) -> None:
         if self.scheduler is None:
-            self.scheduler = Scheduler(self.settings.max_pending, on_change=self.metrics.queue)
+            self.scheduler = Scheduler(self.settings.max_pending, on_change=self.metrics.queue,
+                                       max_batch=self.settings.max_batch or 1, on_round=self.metrics.round)
+        if not self.settings.share_learning:  # one client's text must not reach another's drafts
+            for drafter in self.drafters:
+                if isinstance(drafter, SuffixDrafter):
+                    drafter.learn_outputs = False
         self.by_name = {d.name: d for d in self.drafters}
         self.default = Engine(self.target, self.drafters)
         self._engines[tuple(self.by_name)] = self.default
+        self.max_body_bytes = (self.settings.max_body_bytes if self.settings.max_body_bytes is not None
+                               else max(MIN_BODY_BYTES, BODY_BYTES_PER_CONTEXT_TOKEN * self.target.max_context))
+        self.stopping = asyncio.Event()  # set when a shutdown's grace period is over
+
+    def stop_requests(self) -> None:
+        """The shutdown's grace period is over: end the requests in flight with an error their clients can read."""
+        self.stopping.set()
 
     def prepare(self) -> None:
-        """Measure (or read) the cost model now, so that no request pays for it."""
-        if self.drafters:
-            self.default.costs(self.settings.max_gamma)
+        """Measure (or read) the cost model now, so that no request pays for it, and choose the batch
+        bound from it when the settings leave it open."""
+        if self.drafters or self.settings.max_batch is None:
+            costs = self.default.costs(self.settings.max_gamma, max_batch=self.settings.max_batch or max(BATCH_SIZES))
+            self.scheduler.max_batch = self.settings.max_batch or best_batch(costs)
 
     def engine(self, names: tuple[str, ...]) -> Engine:
         if names not in self._engines:
@@ -99,8 +135,8 @@ class Service:
         gamma = spec.gamma if spec.gamma is not None else self.settings.gamma
         max_gamma = spec.max_gamma if spec.max_gamma is not None else self.settings.max_gamma
         if not spec.enabled or spec.drafter == "none":
-            if spec.gamma is not None or (spec.drafter not in (None, "none")):
-                raise ApiError(400, "speculation.enabled is false: leave out drafter and gamma", param="speculation")
+            if spec.gamma is not None or spec.max_gamma is not None or (spec.drafter not in (None, "none")):
+                raise ApiError(400, "speculation.enabled is false: leave out drafter, gamma and max_gamma", param="speculation")
             return self.engine(()), 1, max_gamma
         if spec.drafter in (None, "auto"):
             names = tuple(self.by_name)
@@ -110,8 +146,13 @@ class Service:
             raise ApiError(400, f"speculation.drafter '{spec.drafter}' is not loaded on this server; choose one of: "
                                 f"{', '.join(['auto', 'none', *self.by_name])} (start the server with --drafter to load others)",
                            param="speculation.drafter")
-        if not names and spec.gamma is not None:
-            raise ApiError(400, "this server runs without a drafter: leave out speculation.gamma", param="speculation.gamma")
+        if not names and (spec.gamma is not None or spec.max_gamma is not None):
+            raise ApiError(400, "this server runs without a drafter: leave out speculation.gamma and max_gamma",
+                           param="speculation")
+        if spec.max_gamma is not None and gamma != AUTO:
+            source = "" if spec.gamma is not None else ", the server's default"
+            raise ApiError(400, f"speculation.max_gamma only applies with gamma 'auto', and this request's gamma is "
+                                f"{gamma}{source}: leave max_gamma out, or send gamma 'auto'", param="speculation.max_gamma")
         # a γ past the prepared cost curve is measured by the engine on the worker thread, never here
         return self.engine(names), gamma, max_gamma
 
@@ -128,6 +169,28 @@ def usage(stats: GenerationStats) -> dict:
             "total_tokens": stats.prompt_tokens + stats.new_tokens}
 
 
+def refuse_invalid_text(value, path: str = "") -> None:
+    """Refuse a string that is not Unicode text anywhere in a request body: JSON's "\\ud800" escape decodes
+    to a lone surrogate, which no tokenizer and no UTF-8 encoder takes."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ApiError(400, f"{path}: not valid Unicode text: lone surrogate U+{ord(value[exc.start]):04X} at "
+                                f"character {exc.start}; send UTF-8 text", param=path) from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            refuse_invalid_text(item, f"{path}.{key}" if path else key)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            refuse_invalid_text(item, f"{path}.{index}")
+
+
+def _is_json(content_type: str | None) -> bool:
+    media = (content_type or "").split(";")[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     errors = exc.errors()
     first = errors[0]
@@ -139,6 +202,8 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
         return "the request body must be a JSON object", None
     if first.get("type") == "extra_forbidden":
         message = f"{param}: unknown field; this server does not accept it (see docs/SERVER.md for the fields it takes)"
+    elif first.get("type") == "value_error":
+        message = f"{param}: {first['ctx']['error']}"
     else:
         message = f"{param or 'body'}: {first.get('msg')}"
     if len(errors) > 1:
@@ -147,7 +212,8 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
 
 
 class GuardMiddleware:
-    """API key on every route but /health, and the request counter by route and status (pure ASGI: streams pass through)."""
+    """API key on every route but /health, the bound on request bodies, and the request counter by route and
+    status (pure ASGI: streams pass through)."""
 
     def __init__(self, app, service: Service) -> None:
         self.app = app
@@ -170,9 +236,38 @@ class GuardMiddleware:
                 response = error_response(401, "missing or wrong API key: send the header 'Authorization: Bearer KEY' "
                                                "with the key the server was started with", code="invalid_api_key")
                 return await response(scope, receive, counting_send)
-            return await self.app(scope, receive, counting_send)
+            limit = self.service.max_body_bytes
+            body = await _read_body(scope, receive, limit)
+            if body is None:
+                response = error_response(413, f"the request body is larger than this server takes ({limit} bytes); "
+                                               "send a shorter prompt, or start the server with a larger --max-body-bytes",
+                                          code="request_too_large")
+                return await response(scope, receive, counting_send)
+            return await self.app(scope, _replay(body, receive), counting_send)
         finally:
             self.service.metrics.requests.labels(route, str(status["code"])).inc()
+
+
+async def _read_body(scope, receive, limit: int) -> list[dict] | None:
+    """The request body's messages, or None when it is over `limit` bytes: by its Content-Length, or as it comes."""
+    declared = dict(scope.get("headers") or []).get(b"content-length", b"")
+    if declared.isdigit() and int(declared) > limit:
+        return None
+    messages, size = [], 0
+    while not messages or messages[-1].get("more_body"):
+        messages.append(await receive())
+        size += len(messages[-1].get("body", b""))
+        if size > limit:
+            return None
+    return messages
+
+
+def _replay(messages: list[dict], receive):
+    """A `receive` that hands out the body already read, then waits on the client (for its disconnect)."""
+    async def replayed():
+        return messages.pop(0) if messages else await receive()
+
+    return replayed
 
 
 def _key_matches(scope, key: str) -> bool:
@@ -192,6 +287,10 @@ def create_app(service: Service) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError):
+        content_type = request.headers.get("content-type")
+        if not _is_json(content_type):
+            return error_response(415, "the request body must be JSON: send Content-Type: application/json (this "
+                                       f"request's Content-Type is {content_type or 'missing'})", code="unsupported_media_type")
         message, param = _validation_message(exc)
         return error_response(400, message, code="invalid_request", param=param)
 
@@ -227,22 +326,22 @@ def create_app(service: Service) -> FastAPI:
         if not tokenizer.chat_template:
             raise ApiError(400, "this model has no chat template; use POST /v1/completions with a plain prompt")
         messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text} for m in body.messages]
-        try:
-            prompt_ids = tokenizer.apply_chat_template(messages)
-        except SpecdecError as exc:
-            raise ApiError(400, f"messages: {exc}", param="messages") from exc
-        return await _respond(service, body, prompt_ids, request, chat=True)
+
+        def tokenize() -> list[int]:
+            try:
+                return tokenizer.apply_chat_template(messages)
+            except SpecdecError as exc:
+                raise ApiError(400, f"messages: {exc}", param="messages") from exc
+
+        return await _respond(service, body, tokenize, request, chat=True)
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request):
         prompt = body.prompt[0] if isinstance(body.prompt, list) and isinstance(body.prompt[0], str) else body.prompt
-        if isinstance(prompt, str):
-            if not prompt:
-                raise ApiError(400, "prompt: empty; give some text to continue", param="prompt")
-            prompt_ids = service.target.tokenizer.encode(prompt)
-        else:
-            prompt_ids = prompt
-        return await _respond(service, body, prompt_ids, request, chat=False)
+        if prompt == "":
+            raise ApiError(400, "prompt: empty; give some text to continue", param="prompt")
+        tokenize = (lambda: service.target.tokenizer.encode(prompt)) if isinstance(prompt, str) else (lambda: prompt)
+        return await _respond(service, body, tokenize, request, chat=False)
 
     return app
 
@@ -256,6 +355,21 @@ def _lifespan(service: Service):
         service.scheduler.close()  # shutdown: cancel what is still waiting or running
 
     return lifespan
+
+
+class GracefulServer(uvicorn.Server):
+    """uvicorn serving `service`; at shutdown, the requests still in flight after `shutdown_timeout` seconds
+    are ended with an error their clients can read (a stream: an error event and [DONE]; otherwise a 503)
+    instead of having their connections cut."""
+
+    def __init__(self, service: Service, host: str, port: int, shutdown_timeout: float, log_level: str = "info") -> None:
+        super().__init__(uvicorn.Config(create_app(service), host=host, port=port, log_level=log_level,
+                                        timeout_graceful_shutdown=shutdown_timeout + SHUTDOWN_MARGIN_SECONDS))
+        self.service, self.shutdown_timeout = service, shutdown_timeout
+
+    async def shutdown(self, sockets=None) -> None:
+        asyncio.get_running_loop().call_later(self.shutdown_timeout, self.service.stop_requests)
+        await super().shutdown(sockets)
 
 
 def _config(service: Service, body, prompt_ids: list[int], engine: Engine, gamma, max_gamma) -> GenerationConfig:
@@ -276,25 +390,36 @@ def _config(service: Service, body, prompt_ids: list[int], engine: Engine, gamma
                             stop=body.stop_strings)
 
 
-async def _respond(service: Service, body, prompt_ids: list[int], request: Request, chat: bool):
+async def _respond(service: Service, body, tokenize: Callable[[], list[int]], request: Request, chat: bool):
+    """The cheap checks, then `tokenize` on a thread (a long prompt must not stall the streams), then the queue."""
+    refuse_invalid_text(body.model_dump())
     if body.model != service.settings.model_id:
         raise ApiError(404, f"model '{body.model}' is not served here; GET /v1/models lists: {service.settings.model_id}",
                        code="model_not_found", param="model")
     if body.stream_options is not None and not body.stream:
         raise ApiError(400, "stream_options is only allowed with stream: true", param="stream_options")
     engine, gamma, max_gamma = service.plan(body.speculation)
+    pending, bound = service.scheduler.running + service.scheduler.waiting, service.settings.max_pending
+    if pending >= bound:
+        raise busy(service, f"the server is busy: {pending} requests are running or waiting, the bound is {bound}; retry later")
+    prompt_ids = await asyncio.to_thread(tokenize)
     config = _config(service, body, prompt_ids, engine, gamma, max_gamma)
     try:
         job = service.scheduler.submit(engine, prompt_ids, config)
     except ServerBusy as exc:
-        service.metrics.rejected.inc()
-        raise ApiError(429, str(exc), code="server_busy", kind="rate_limit_error") from exc
+        raise busy(service, str(exc)) from exc
     run = _Run(service, job, time.perf_counter(), chat, service.settings.model_id)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return StreamingResponse(run.events(include_usage), media_type="text/event-stream",
+        return StreamingResponse(run.events(request, include_usage), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
     return await run.whole(request)
+
+
+async def _client_left(request: Request) -> None:
+    """Returns when the client has closed the connection (its body was read already, so receive waits for that)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 class _Run:
@@ -307,39 +432,50 @@ class _Run:
         self.first_token_at: float | None = None
         self.finished = False
 
-    async def updates(self, request: Request | None = None) -> AsyncIterator[Update]:
-        """The worker's updates until the last; cancels the job if the reader stops early or the client leaves."""
+    async def updates(self, request: Request) -> AsyncIterator[Update]:
+        """The worker's updates until the last. A failed generation raises ApiError, and so does the end of a
+        shutdown's grace period (503). The job is cancelled when the reader stops early, when the client
+        leaves (watched apart from the updates, which a running job sends every round), or at that 503."""
+        left = asyncio.ensure_future(_client_left(request))
+        stopping = asyncio.ensure_future(self.service.stopping.wait())
+        update = asyncio.ensure_future(self.job.updates.get())
         try:
             while True:
-                try:
-                    update = await asyncio.wait_for(self.job.updates.get(), DISCONNECT_POLL_SECONDS)
-                except TimeoutError:
-                    if request is not None and await request.is_disconnected():
-                        return
-                    continue
-                if update.pieces and self.first_token_at is None:
-                    self.first_token_at = time.perf_counter()
-                if update.stats is not None:
-                    self.finished = True
-                    now = time.perf_counter()
-                    self.service.metrics.finished(update.stats, now - self.admitted,
-                                                  None if self.first_token_at is None else self.first_token_at - self.admitted)
-                if update.error:
-                    self.finished = True
-                yield update
+                await asyncio.wait((update, left, stopping), return_when=asyncio.FIRST_COMPLETED)
+                if not update.done():
+                    if stopping.done():
+                        raise ApiError(503, "the server is shutting down and this request did not finish within its "
+                                            "grace period; send it again when the server is back",
+                                       code="server_shutting_down", kind="server_error")
+                    return  # the client left: nobody reads on
+                yield self._record(update.result())
                 if self.finished:
                     return
+                update = asyncio.ensure_future(self.job.updates.get())
         finally:
+            for task in (update, left, stopping):
+                task.cancel()
             if not self.finished:
                 self.service.scheduler.cancel(self.job)
                 self.service.metrics.cancelled.inc()
 
+    def _record(self, update: Update) -> Update:
+        """Note the first token's time and a finished request's metrics; raise ApiError for a failed generation."""
+        if update.pieces and self.first_token_at is None:
+            self.first_token_at = time.perf_counter()
+        if update.error:
+            self.finished = True
+            raise ApiError(400 if update.user_error else 500, update.error,
+                           kind="invalid_request_error" if update.user_error else "server_error")
+        if update.stats is not None:
+            self.finished = True
+            self.service.metrics.finished(update.stats, time.perf_counter() - self.admitted,
+                                          None if self.first_token_at is None else self.first_token_at - self.admitted)
+        return update
+
     async def whole(self, request: Request) -> JSONResponse:
         texts, stats = [], None
         async for update in self.updates(request):
-            if update.error:
-                raise ApiError(400 if update.user_error else 500, update.error,
-                               kind="invalid_request_error" if update.user_error else "server_error")
             texts.append("".join(p.text for p in update.pieces))
             stats = update.stats or stats
         if stats is None:  # the client went away; nobody reads this
@@ -365,19 +501,19 @@ class _Run:
             choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
         return self._event([choice], **extra)
 
-    async def events(self, include_usage: bool) -> AsyncIterator[str]:
-        if self.chat:
-            yield self._chunk(None, first=True)
-        async for update in self.updates():
-            if update.error:
-                error = {"message": update.error, "type": "invalid_request_error" if update.user_error else "server_error"}
-                yield f"data: {json.dumps({'error': error})}\n\n"
-                break
-            text = "".join(p.text for p in update.pieces)
-            if text:
-                yield self._chunk(text)
-            if update.stats is not None:
-                yield self._chunk(None, update.stats.finish_reason, speculation=speculation_report(update.stats))
-                if include_usage:
-                    yield self._event([], usage=usage(update.stats))
+    async def events(self, request: Request, include_usage: bool) -> AsyncIterator[str]:
+        """Server-sent events; an error (a failed generation, a shutdown) is an OpenAI error object before [DONE]."""
+        try:
+            if self.chat:
+                yield self._chunk(None, first=True)
+            async for update in self.updates(request):
+                text = "".join(p.text for p in update.pieces)
+                if text:
+                    yield self._chunk(text)
+                if update.stats is not None:
+                    yield self._chunk(None, update.stats.finish_reason, speculation=speculation_report(update.stats))
+                    if include_usage:
+                        yield self._event([], usage=usage(update.stats))
+        except ApiError as exc:
+            yield f"data: {json.dumps(error_body(exc.message, exc.code, exc.param, exc.kind))}\n\n"
         yield "data: [DONE]\n\n"

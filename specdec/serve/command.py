@@ -23,10 +23,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"require 'Authorization: Bearer KEY' on every route but /health (default: ${API_KEY_ENV} if set)")
     p.add_argument("--max-queue", type=int, default=16,
                    help="requests running or waiting at once; past it the server answers 429 (default: 16)")
+    p.add_argument("--max-batch", type=int, default=None,
+                   help="requests decoded together in one batch; more wait in line (default: chosen from this "
+                        "machine's measured costs, where more rows stop adding throughput; 1: one at a time)")
+    p.add_argument("--share-learning", action="store_true",
+                   help="let drafters that learn from outputs (suffix) learn from every client's answers; off by "
+                        "default, so that no client's text shows in another client's drafts or timings")
     p.add_argument("--default-max-tokens", type=int, default=256,
                    help="new tokens when a request gives no max_tokens (default: 256, capped by the context)")
     p.add_argument("--shutdown-timeout", type=float, default=30.0,
-                   help="on SIGINT/SIGTERM, seconds for requests in flight to finish before they are cancelled (default: 30)")
+                   help="on SIGINT/SIGTERM, seconds for requests in flight to finish; the rest get an error "
+                        "(streams: an error event and [DONE]; others: 503) (default: 30)")
+    p.add_argument("--max-body-bytes", type=int, default=None,
+                   help="the largest request body; past it, 413 (default: 32 bytes per token of the model's context, "
+                        "at least 1 MiB)")
 
 
 def _check(args) -> None:
@@ -34,8 +44,14 @@ def _check(args) -> None:
         raise SpecdecError(f"--port must be in 1..65535, got {args.port}")
     if args.max_queue < 1:
         raise SpecdecError(f"--max-queue must be >= 1, got {args.max_queue}")
+    if args.max_batch is not None and args.max_batch < 1:
+        raise SpecdecError(f"--max-batch must be >= 1, got {args.max_batch}")
     if args.default_max_tokens < 1:
         raise SpecdecError(f"--default-max-tokens must be >= 1, got {args.default_max_tokens}")
+    if args.max_body_bytes is not None and args.max_body_bytes < 1:
+        raise SpecdecError(f"--max-body-bytes must be >= 1, got {args.max_body_bytes}")
+    if args.shutdown_timeout < 0:
+        raise SpecdecError(f"--shutdown-timeout must be >= 0, got {args.shutdown_timeout}")
     if args.api_key is not None and not args.api_key.strip():
         raise SpecdecError("--api-key is empty; give a key or leave the option out")
 
@@ -54,7 +70,9 @@ def build_service(args, console):
 
     engine = load_engine(args, console)
     settings = ServeSettings(model_id=args.model, api_key=args.api_key, max_pending=args.max_queue,
-                             default_max_tokens=args.default_max_tokens, gamma=args.gamma, max_gamma=args.max_gamma)
+                             default_max_tokens=args.default_max_tokens, gamma=args.gamma, max_gamma=args.max_gamma,
+                             max_body_bytes=args.max_body_bytes, max_batch=args.max_batch,
+                             share_learning=args.share_learning)
     service = Service(engine.target, engine.drafters, settings)
     with console.status("reading the cost model (measuring it on this machine the first time)"):
         service.prepare()
@@ -62,24 +80,21 @@ def build_service(args, console):
 
 
 def run(args, console) -> int:
-    import uvicorn
-
-    from specdec.serve.app import create_app
+    from specdec.serve.app import GracefulServer
 
     _check(args)
     if not is_loopback(args.host) and not args.api_key:
         console.print(f"[yellow]warning: listening on {args.host} without --api-key: anyone who can reach it may use it[/yellow]")
     service = build_service(args, console)
     names = ", ".join(service.by_name) or "none"
-    console.print(f"serving {args.model} (drafters: {names}) on http://{args.host}:{args.port}/v1"
-                  + (" with an API key" if args.api_key else ""), highlight=False)
-    config = uvicorn.Config(create_app(service), host=args.host, port=args.port, log_level="info",
-                            timeout_graceful_shutdown=args.shutdown_timeout)
+    console.print(f"serving {args.model} (drafters: {names}; up to {service.scheduler.max_batch} requests at once) "
+                  f"on http://{args.host}:{args.port}/v1" + (" with an API key" if args.api_key else ""), highlight=False)
+    server = GracefulServer(service, args.host, args.port, args.shutdown_timeout)
     # uvicorn shuts down gracefully on SIGINT / SIGTERM, then raises the signal again for the handler
     # that was there before; these handlers turn that into a clean exit.
     previous = {sig: signal.signal(sig, _stopped) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        uvicorn.Server(config).run()
+        server.run()
     except _Stopped:
         pass
     finally:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
 
 from specdec.stats import GenerationStats
 
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 60, 120, 300)
 TOKEN_TIME_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28)
+GAMMA_BUCKETS = (0, 1, 2, 3, 4, 5, 6, 8, 12, 16)
 
 
 class ServerMetrics:
@@ -34,10 +35,20 @@ class ServerMetrics:
         self.waiting = Gauge("specdec_queue_length", "requests admitted and waiting for the model", registry=r)
         self.rejected = Counter("specdec_requests_rejected_busy", "requests refused with 429 because the queue was full", registry=r)
         self.cancelled = Counter("specdec_requests_cancelled", "requests whose client went away before the end", registry=r)
+        self.batch_rows = Gauge("specdec_batch_rows", "requests decoded together in the latest round", registry=r)
+        self.row_gamma = Histogram("specdec_row_gamma", "tokens drafted per row and round (0: the row decoded plainly)",
+                                   buckets=GAMMA_BUCKETS, registry=r)
+        ProcessCollector(registry=r)  # process_resident_memory_bytes and friends
 
     def queue(self, running: int, waiting: int) -> None:
         self.running.set(running)
         self.waiting.set(waiting)
+
+    def round(self, rows: int, gammas: list[int]) -> None:
+        """A decoding round (the worker thread): rows in the batch, γ of each decoding row."""
+        self.batch_rows.set(rows)
+        for gamma in gammas:
+            self.row_gamma.observe(gamma)
 
     def finished(self, stats: GenerationStats, seconds: float, first_token_seconds: float | None) -> None:
         self.generated.inc(stats.new_tokens)

@@ -67,7 +67,15 @@ class TextPart(_Strict):
 class ChatMessage(_Strict):
     role: Literal["system", "developer", "user", "assistant"]
     content: str | list[TextPart]
-    name: str | None = None
+    name: str | None = None  # refused when given: the chat template is given role and content only
+
+    @field_validator("name")
+    @classmethod
+    def _refuse_name(cls, name):
+        if name is not None:
+            raise ValueError("not supported: the chat template is given each message's role and content only; "
+                             "put the speaker's name in the content instead")
+        return name
 
     @property
     def text(self) -> str:
