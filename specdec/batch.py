@@ -20,8 +20,11 @@ the single request (`Engine.stream`) is a batch of one. A round has six steps:
                 its statistics, trace and text pieces go out as one `StreamEvent` per row.
 
 Each row's logits are bit for bit those it would get alone (the runtime's segments are batch-
-invariant), and it draws from its own generator, so a row's output does not depend on what else is
-in the batch: greedy or seeded, it is the output of the same request run alone. Invariant between
+invariant with the quantized linears; other linears agree up to rounding), and it draws from its own
+generator. So a greedy row's output is the output of the same request run alone, and so is a seeded
+row's when its drafts do not depend on the batch (a fixed γ, or no drafter); with γ = auto the
+policy weighs the batch's size, the drafts change, and a seeded row gives another sample of the
+same law. Invariant between
 rounds: a decoding row's cache holds every committed token but the last, fed at the start of its
 next segment.
 """
@@ -347,6 +350,7 @@ class Batch:
     def __init__(self, target) -> None:
         self.target = target
         self.rows: list[Row] = []
+        self.last_round: tuple[int, list[int]] = (0, [])  # rows in the latest pass; draft tokens each decoding row verified
 
     def add(self, row: Row) -> None:
         if row.target is not self.target:
@@ -384,10 +388,6 @@ class Batch:
                                    return_hidden=wants_hidden)
         logits, hidden = out if wants_hidden else (out, None)  # [M, V], [N, hidden]
         pass_seconds = time.perf_counter() - started
-        if len(works) == 1 and not works[0][1].prefill:  # a row alone: its pass is a T(k)
-            costs = works[0][0].engine.cost_model
-            if costs is not None:  # what this round's pass really cost corrects T(k) for the policy
-                costs.observe_round(len(ids), pass_seconds)
         # 4. accept, 5. commit, 6. record
         first_row, first_logit = 0, 0
         for (row, work), end in zip(works, ends):
@@ -398,6 +398,11 @@ class Batch:
             else:
                 row.accept(row_logits, row_hidden, pass_seconds)
             first_row, first_logit = end, first_logit + work.logit_rows
+        if len(works) == 1 and not works[0][1].prefill:  # a row alone: its round is a T(k)
+            costs = works[0][0].engine.cost_model
+            if costs is not None:  # what the round cost (pass, acceptance, commit) corrects T(k) for the policy
+                costs.observe_round(len(ids), time.perf_counter() - started)
+        self.last_round = (len(rows), [len(row.draft) for row, work in works if not work.prefill])
         events = []
         for row in list(rows):
             event = row.event()

@@ -241,9 +241,10 @@ def measure_pass_costs(net, context: int, sizes: list[int], repeats: int) -> dic
     return {size: statistics.median(t[1:]) for size, t in times.items()}  # the first sweep is a warm-up
 
 
-def measure_row_costs(net, context: int, sizes: list[int], repeats: int) -> dict[int, float]:
-    """B → median seconds of a pass over B rows of one token (each after `context` cached ones) minus
-    a pass over one row of B tokens: what separate rows cost beyond their tokens."""
+def measure_row_costs(net, context: int, sizes: list[int], repeats: int) -> tuple[dict[int, float], dict[int, float]]:
+    """(B → median seconds of a pass over B rows of one token, each after `context` cached ones, minus
+    a pass over one row of B tokens: what separate rows cost beyond their tokens; B → median seconds
+    of that one row of B tokens, a point of T(N) past the verification sizes)."""
     from specdec.runtime.llama import Segment
 
     ids = torch.randint(0, net.vocab_size, (context + max(sizes),), generator=torch.Generator().manual_seed(0)).to(net.device)
@@ -262,7 +263,8 @@ def measure_row_costs(net, context: int, sizes: list[int], repeats: int) -> dict
                 for cache in caches[:size]:
                     cache.truncate(context)
     pairs = {size: [t[i] + t[i + 1] for i in range(2, len(t), 2)] for size, t in times.items()}  # the first sweep warms up
-    return {size: max(0.0, statistics.median(d)) for size, d in pairs.items()}
+    one_row = {size: statistics.median(-t[i] for i in range(3, len(t), 2)) for size, t in times.items()}
+    return {size: max(0.0, statistics.median(d)) for size, d in pairs.items()}, one_row
 
 
 def measure_draft_cost(model, drafter, context: int, max_gamma: int, repeats: int) -> DraftCost:
@@ -294,6 +296,11 @@ def measure_draft_cost(model, drafter, context: int, max_gamma: int, repeats: in
     one, many = timed(1), timed(max_gamma)
     per_token = max(0.0, (many - one) / (max_gamma - 1)) if max_gamma > 1 else 0.0
     return DraftCost(per_call=max(0.0, one - per_token), per_token=per_token)
+
+
+def covers(costs: CostModel, largest: int) -> bool:
+    """Whether T(k) was measured for every k up to `largest`."""
+    return all(k in costs.pass_seconds for k in range(1, largest + 1))
 
 
 def largest_pass(drafters: list, max_gamma: int) -> int:
@@ -332,7 +339,7 @@ def load_or_measure(model, drafters: list, max_gamma: int, *, remeasure: bool = 
             costs = None  # unreadable or from another version: measure again and overwrite
     changed = False
     context = min(COST_CONTEXT, model.max_context - largest - 1)
-    if costs is None or max(costs.pass_seconds) < largest:
+    if costs is None or not covers(costs, largest):
         announce(f"measuring this machine's costs of target passes over 1..{largest} tokens (once; cached in {path})")
         sizes = list(range(1, largest + 1))
         measured_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -342,7 +349,9 @@ def load_or_measure(model, drafters: list, max_gamma: int, *, remeasure: bool = 
     batch_sizes = [b for b in BATCH_SIZES if b <= max_batch]
     if any(b not in costs.row_seconds for b in batch_sizes):
         announce(f"measuring this machine's costs of passes over {', '.join(map(str, batch_sizes))} rows (once)")
-        costs.row_seconds.update(measure_row_costs(model.net, context, batch_sizes, repeats))
+        overheads, one_row = measure_row_costs(model.net, context, batch_sizes, repeats)
+        costs.row_seconds.update(overheads)
+        costs.pass_seconds.update({n: t for n, t in one_row.items() if n not in costs.pass_seconds})
         changed = True
     for drafter in drafters:
         if drafter.name not in costs.draft_costs:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from specdec.batch import Batch, Piece, Row, StreamEvent
-from specdec.cost_model import CostModel, largest_pass, load_or_measure
+from specdec.cost_model import CostModel, covers, largest_pass, load_or_measure
 from specdec.drafters.base import Drafter
 from specdec.errors import ConfigError, SpecdecError
 from specdec.policy import AdaptivePolicy, FixedPolicy
@@ -88,7 +88,7 @@ class Engine:
 
         missing_rows = self.cost_model is not None and any(
             b not in self.cost_model.row_seconds for b in BATCH_SIZES if b <= max_batch)
-        if (self.cost_model is None or max(self.cost_model.pass_seconds) < largest_pass(self.drafters, max_gamma)
+        if (self.cost_model is None or not covers(self.cost_model, largest_pass(self.drafters, max_gamma))
                 or any(d.name not in self.cost_model.draft_costs for d in self.drafters) or missing_rows):
             self.cost_model = load_or_measure(self.target, self.drafters, max_gamma, max_batch=max_batch)
         return self.cost_model

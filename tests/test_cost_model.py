@@ -137,3 +137,18 @@ def test_auto_drafter_specs(tiny_target):
     for bad in ("auto:ngram,none", "auto:ngram,", "auto:auto"):
         with pytest.raises(ConfigError, match="auto"):
             build_drafters(bad, tiny_target)
+
+
+def test_rows_are_measured_for_a_server_and_cached(tiny_target, costs_dir):
+    """max_batch > 1 adds T(B rows) − T(1 row of B tokens) for B = 2, 4 and one-row points T(B) past
+    the verification sizes; `covers` still asks for every k up to the largest verification pass."""
+    plain = load_or_measure(tiny_target, [], max_gamma=2, repeats=2)
+    assert plain.row_seconds == {} and sorted(plain.pass_seconds) == [1, 2, 3]
+    served = load_or_measure(tiny_target, [], max_gamma=2, repeats=2, max_batch=4)
+    assert sorted(served.row_seconds) == [2, 4] and all(v >= 0 for v in served.row_seconds.values())
+    assert sorted(served.pass_seconds) == [1, 2, 3, 4] and served.pass_seconds[3] == plain.pass_seconds[3]
+    assert cost_model.covers(served, 4) and not cost_model.covers(served, 5)
+    again = load_or_measure(tiny_target, [], max_gamma=2, max_batch=4)  # from the cache, nothing measured
+    assert again.row_seconds == served.row_seconds and again.pass_seconds == served.pass_seconds
+    wider = load_or_measure(tiny_target, [], max_gamma=6, repeats=2, max_batch=4)  # 5..7 were never measured
+    assert cost_model.covers(wider, 7)

@@ -33,6 +33,7 @@ import pytest
 import torch
 
 from specdec.runtime import load_model
+from specdec.runtime.llama import Segment
 from specdec.runtime.loading import builtin_gguf_path
 from specdec.runtime.weight_formats import _gguf_source
 from specdec.runtime.quant import GROUP, Int4Codes, QuantizedLinear, unpack_codes
@@ -199,3 +200,35 @@ def fixed_logits(net) -> list[float]:
     """Logits of a fixed 40-token pass, for comparing builds bit for bit."""
     ids = torch.arange(100, 140)[None]
     return net.forward(ids, net.new_cache(40))[0, :, :64].flatten().tolist()
+
+
+@pytest.mark.parametrize("kernels", ["on", "off"])
+def test_sequences_in_one_pass_equal_each_sequence_alone(kernels, monkeypatch):
+    """forward_segments over four sequences at once (different cache lengths, a prompt chunk, a
+    one-token step, a chain and a tree) gives each the logits it gets alone: bit for bit with the
+    kernels; without them (PyTorch's operators, float32 weights) up to rounding. That an equality of
+    this kind can fail is shown by test_negative_control_pytorch_attention_is_not_batch_invariant."""
+    monkeypatch.setenv("SPECDEC_KERNELS", kernels)
+    net = load_model("smollm2-135m").net
+    gen = torch.Generator().manual_seed(3)
+    pasts, news = [0, 40, 7, 90], [23, 1, 5, 6]
+    contexts = [torch.randint(0, net.vocab_size, (p + n,), generator=gen) for p, n in zip(pasts, news)]
+    tree = TokenTree([11, 12, 13, 14, 15], [-1, -1, 0, 0, 2])
+    caches = []
+    for context, past in zip(contexts, pasts):
+        cache = net.new_cache(past + 8 + 24)
+        if past:
+            net.forward(context[None, :past], cache)
+        caches.append(cache)
+    ids, positions, mask = tree_inputs(tree, int(contexts[3][pasts[3]]), pasts[3], "cpu")  # [1, 6], [1, 6], [6, 6]
+    new_ids = [context[past:] for context, past in zip(contexts[:3], pasts[:3])] + [ids[0]]
+    segments = [Segment(c, len(n)) for c, n in zip(caches[:3], new_ids[:3])] + [Segment(caches[3], 6, positions[0], mask)]
+    together = net.forward_segments(torch.cat(new_ids), segments).split([len(n) for n in new_ids])
+    for cache, past in zip(caches, pasts):
+        cache.truncate(past)
+    alone = [net.forward(n[None], c)[0] for n, c in zip(new_ids[:3], caches[:3])]
+    alone.append(net.forward(ids, caches[3], positions=positions, tree_mask=mask)[0])
+    if kernels == "on":
+        assert all(torch.equal(a, b) for a, b in zip(alone, together))
+    else:
+        assert all((a - b).abs().max() < 1e-3 for a, b in zip(alone, together))

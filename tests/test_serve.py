@@ -30,7 +30,7 @@ from specdec.cli import main
 from specdec.drafters import build_drafters
 from specdec.runtime import load_model
 from specdec.serve.app import GracefulServer, ServeSettings, Service
-from specdec.serve.load_test import run_load_test
+from specdec.serve.load_test import run_load_test, speculation_setting
 from specdec.serve.scheduler import Scheduler, ServerBusy
 
 MODEL = "tiny"
@@ -311,7 +311,7 @@ def test_cancelled_jobs_give_their_place_back_and_stop_within_a_round(tiny_targe
 
 
 def test_load_many_streaming_clients_lose_no_tokens(chat_folder):
-    server = LiveServer(make_service(chat_folder, "ngram", max_pending=8))
+    server = LiveServer(make_service(chat_folder, "ngram", max_pending=8, max_batch=1))
     try:
         prompts = [PROMPT, "t3 t4 t3 t4 t3", "t40 t41 t42", "t7"]
         result = asyncio.run(run_load_test(server.url, MODEL, prompts, clients=32, requests=120, max_tokens=12))
@@ -321,6 +321,50 @@ def test_load_many_streaming_clients_lose_no_tokens(chat_folder):
         assert httpx.get(server.url + "/health").json() == {"status": "ok", "model": MODEL, "running": 0, "waiting": 0}
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("speculation", ["off", "3", "auto"])
+def test_32_clients_decoded_in_batches_each_get_the_answer_they_get_alone(chat_folder, speculation):
+    """Continuous batching: 32 concurrent streaming clients, 8 rows at a time, answers of 4, 12 and
+    24 tokens, a quarter of the clients leaving after a few events; every completed answer equals the
+    answer the same request gets alone (not streamed, on an idle server), and the batch really held
+    several rows (the batch-size gauge)."""
+    server = LiveServer(make_service(chat_folder, "auto:ngram,suffix", max_pending=32, max_batch=8))
+    try:
+        prompts = [PROMPT, "t3 t4 t3 t4 t3", "t40 t41 t42", "t7", "t9 t9 t8 t9 t9 t8 t9"]
+        result = asyncio.run(run_load_test(server.url, MODEL, prompts, clients=32, requests=96, max_tokens=24,
+                                           speculation=speculation_setting(speculation), answer_lengths=[4, 12, 24],
+                                           disconnect_share=0.25, seed=1))
+        summary = result.summary()
+        assert summary["errors"] == 0 and summary["mismatches"] == 0, summary
+        assert summary["completed"] + summary["disconnected"] == 96 and summary["disconnected"] > 0
+        metrics = httpx.get(server.url + "/metrics").text.splitlines()
+        peak = next(float(line.split()[1]) for line in metrics if line.startswith("specdec_batch_rows_peak "))
+        assert 1 < peak <= 8  # rows were decoded together, never more than the bound
+    finally:
+        server.stop()
+
+
+def test_one_clients_question_does_not_reach_another_clients_drafts(chat_folder):
+    """Isolation: with suffix drafting, a second client asking the first client's exact question
+    must see the acceptance a fresh server gives (the first answer was not learned); with
+    --share-learning the same probe does see it (the control: the probe can tell)."""
+    question = {"model": MODEL, "prompt": "t40 t41 t42 t43", "max_tokens": 40, "temperature": 0,
+                "speculation": {"drafter": "suffix", "gamma": 4}}
+
+    def second_answer(share: bool, ask_first: bool) -> dict:
+        server = LiveServer(make_service(chat_folder, "suffix", share_learning=share, max_batch=2))
+        try:
+            if ask_first:
+                assert httpx.post(server.url + "/v1/completions", json=question).status_code == 200
+            return httpx.post(server.url + "/v1/completions", json=question).json()["speculation"]
+        finally:
+            server.stop()
+
+    fresh = second_answer(share=False, ask_first=False)
+    assert second_answer(share=False, ask_first=True) == fresh
+    learned = second_answer(share=True, ask_first=True)
+    assert learned["accepted_tokens"] > fresh["accepted_tokens"], (learned, fresh)
 
 
 JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=False)

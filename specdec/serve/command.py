@@ -121,12 +121,41 @@ def add_load_test_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--requests", type=int, default=500, help="requests to complete in all (default: 500)")
     p.add_argument("--max-tokens", type=int, default=16, help="max_tokens of each request (default: 16)")
     p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV))
-    p.add_argument("--out", default=None, help="also write the JSON summary to this file")
+    p.add_argument("--speculation", default=None,
+                   help="sent with every request: off, auto or a fixed γ (default: the server's own setting); "
+                        "with --curve, a comma-separated list (default: off,4,auto)")
+    p.add_argument("--answer-lengths", default=None,
+                   help="comma-separated max_tokens values drawn at random per request (default: --max-tokens)")
+    p.add_argument("--duration", type=float, default=None,
+                   help="run for this many seconds instead of a number of requests (a sustained test)")
+    p.add_argument("--disconnect-share", type=float, default=0.0,
+                   help="share of requests whose client goes away after a few stream events (default: 0)")
+    p.add_argument("--curve", default=None,
+                   help="a load curve: comma-separated numbers of clients (e.g. 1,2,4,8,16,32), each run with "
+                        "every --speculation setting and --requests-per-client requests per client")
+    p.add_argument("--requests-per-client", type=int, default=4, help="with --curve: requests per client (default: 4)")
+    p.add_argument("--plot", default=None, help="with --curve: write a PNG of the curve here")
+    p.add_argument("--compare", action="append", default=[], metavar="LABEL=FILE",
+                   help="with --curve: also draw a curve saved before with --out (e.g. one-at-a-time=curve-b1.json)")
+    p.add_argument("--label", default="this server", help="with --curve: this curve's name in the plot and table")
+    p.add_argument("--out", default=None, help="also write the JSON summary (or curve) to this file")
     add_json_arg(p, "the summary")
 
 
 DEFAULT_LOAD_PROMPTS = ("Name three colours.", "What is the capital of France?", "Count from one to five.",
                         "Write one sentence about the sea.")
+
+
+def _numbers(text: str | None, option: str) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise SpecdecError(f"{option} takes comma-separated whole numbers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise SpecdecError(f"{option} takes whole numbers >= 1, got {text!r}")
+    return values
 
 
 def run_load_test_command(args, console) -> int:
@@ -138,21 +167,34 @@ def run_load_test_command(args, console) -> int:
     from rich.progress import Progress
 
     from specdec.bench.prompts import load_prompts
-    from specdec.serve.load_test import run_load_test
+    from specdec.serve.load_test import run_load_curve, run_load_test, speculation_setting
 
     prompts = ([c.turns[0] for c in load_prompts(args.prompts, args.per_category)] if args.prompts
                else list(DEFAULT_LOAD_PROMPTS))
+    lengths = _numbers(args.answer_lengths, "--answer-lengths")
+    curve = _numbers(args.curve, "--curve")
+    if (args.plot or args.compare) and not curve:
+        raise SpecdecError("--plot and --compare draw a load curve: give --curve too")
+    if curve and (lengths or args.duration is not None or args.disconnect_share):
+        raise SpecdecError("--curve runs a bounded number of requests of --max-tokens each, with every client "
+                           "staying: leave out --answer-lengths, --duration and --disconnect-share")
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     try:
         model = args.model or httpx.get(f"{args.url}/v1/models", headers=headers, timeout=10).json()["data"][0]["id"]
     except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
         raise SpecdecError(f"could not ask {args.url}/v1/models for the model ({exc}); is `specdec serve` running?") from exc
+    if curve:
+        return _run_curve(args, console, model, prompts, curve, run_load_curve)
+    speculation = speculation_setting(args.speculation) if args.speculation else None
     with Progress(console=console, transient=True) as progress:
-        task = progress.add_task(f"{args.clients} clients", total=args.requests)
+        task = progress.add_task(f"{args.clients} clients", total=None if args.duration else args.requests)
         result = asyncio.run(run_load_test(args.url, model, prompts, args.clients, args.requests, args.max_tokens,
-                                           args.api_key, progress=lambda: progress.advance(task)))
+                                           args.api_key, progress=lambda: progress.advance(task),
+                                           speculation=speculation, answer_lengths=lengths, duration=args.duration,
+                                           disconnect_share=args.disconnect_share))
     summary = {"url": args.url, "model": model, "prompts": len(prompts), "clients": args.clients,
-               "max_tokens": args.max_tokens, **result.summary()}
+               "max_tokens": lengths or args.max_tokens, "speculation": args.speculation or "server default",
+               **result.summary()}
     if args.out:
         Path(args.out).write_text(json.dumps(summary, indent=2) + "\n")
     if args.json:
@@ -162,14 +204,57 @@ def run_load_test_command(args, console) -> int:
     return 0 if not result.errors and not result.mismatches else 1
 
 
+def _run_curve(args, console, model: str, prompts: list[str], clients: list[int], run_load_curve) -> int:
+    import asyncio
+    import json
+    from pathlib import Path
+
+    from rich.progress import Progress
+
+    from specdec.serve.load_plot import curve_table, plot_load_curve
+
+    settings = (args.speculation or "off,4,auto").split(",")
+    compared = {}
+    for item in args.compare:
+        label, _, path = item.partition("=")
+        try:
+            compared[label] = json.loads(Path(path).read_text())["points"]
+        except (OSError, ValueError, KeyError) as exc:
+            raise SpecdecError(f"--compare {item}: not a curve written by --out ({exc})") from None
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("load curve", total=len(clients) * len(settings))
+
+        def done(point):
+            progress.console.print(f"{point['clients']:>3} clients, {point['speculation']:>4}: "
+                                   f"{point['tokens_per_second']} tokens/s, TTFT p50 "
+                                   f"{point['time_to_first_token_seconds']['p50']} s", highlight=False)
+            progress.advance(task)
+
+        points = asyncio.run(run_load_curve(args.url, model, prompts, clients, settings, args.requests_per_client,
+                                            args.max_tokens, args.api_key, progress=done))
+    curves = {args.label: points, **compared}
+    if args.out:
+        Path(args.out).write_text(json.dumps({"url": args.url, "model": model, "max_tokens": args.max_tokens,
+                                              "prompts": len(prompts), "points": points}, indent=1) + "\n")
+    if args.plot:
+        plot_load_curve(curves, Path(args.plot))
+    if args.json:
+        print(json.dumps({"points": points}))
+    else:
+        console.print(curve_table(curves), highlight=False, markup=False)
+    return 0 if all(p["errors"] == 0 and p["mismatches"] == 0 for p in points) else 1
+
+
 def _print_load_test(summary: dict, console) -> None:
     lat, first = summary["latency_seconds"], summary["time_to_first_token_seconds"]
+    memory = summary["server_memory_mb"]
     console.print(f"{summary['completed']} requests completed by {summary['clients']} clients in {summary['seconds']} s "
                   f"({summary['requests_per_second']} requests/s, {summary['tokens_per_second']} tokens/s); "
                   f"429 answers: {summary['busy_answers_429']}", highlight=False)
     console.print(f"latency p50 / p90 / p99: {lat['p50']} / {lat['p90']} / {lat['p99']} s; "
                   f"time to first token: {first['p50']} / {first['p90']} / {first['p99']} s", highlight=False)
     verdict = "every answer equal to its reference" if not summary["mismatches"] else f"{summary['mismatches']} answers differ"
-    console.print(f"errors: {summary['errors']}; {verdict}", highlight=False)
+    console.print(f"errors: {summary['errors']}; {verdict}; clients that left on purpose: {summary['disconnected']}; "
+                  f"server memory {memory['before']} → {memory['after']} MB", highlight=False)
     for problem in summary["first_errors"] + summary["first_mismatches"]:
         console.print(f"  {problem}", markup=False, highlight=False)

@@ -36,7 +36,9 @@ class ServerMetrics:
         self.rejected = Counter("specdec_requests_rejected_busy", "requests refused with 429 because the queue was full", registry=r)
         self.cancelled = Counter("specdec_requests_cancelled", "requests whose client went away before the end", registry=r)
         self.batch_rows = Gauge("specdec_batch_rows", "requests decoded together in the latest round", registry=r)
-        self.row_gamma = Histogram("specdec_row_gamma", "tokens drafted per row and round (0: the row decoded plainly)",
+        self.batch_rows_peak = Gauge("specdec_batch_rows_peak", "the most requests decoded together in one round", registry=r)
+        self._peak = 0
+        self.row_gamma = Histogram("specdec_row_gamma", "draft tokens verified per decoding row and round (0: the row decoded plainly)",
                                    buckets=GAMMA_BUCKETS, registry=r)
         ProcessCollector(registry=r)  # process_resident_memory_bytes and friends
 
@@ -45,8 +47,11 @@ class ServerMetrics:
         self.waiting.set(waiting)
 
     def round(self, rows: int, gammas: list[int]) -> None:
-        """A decoding round (the worker thread): rows in the batch, γ of each decoding row."""
+        """A decoding round (the worker thread): rows in its pass, draft tokens each decoding row verified."""
         self.batch_rows.set(rows)
+        if rows > self._peak:
+            self._peak = rows
+            self.batch_rows_peak.set(rows)
         for gamma in gammas:
             self.row_gamma.observe(gamma)
 

@@ -180,7 +180,7 @@ class Scheduler:
                     del jobs[key]
                     self._fail(job, f"generation failed: {type(exc).__name__}: {exc}")
                 continue
-            self._on_round(len(batch.rows), [row.plan.gamma for row in batch.rows if not row.prefilling])
+            self._on_round(*batch.last_round)
             for row, event in events:
                 job = jobs[id(row)]
                 job.send(Update(event.pieces, event.stats if event.done else None))
