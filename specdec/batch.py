@@ -9,8 +9,8 @@ the single request (`Engine.stream`) is a batch of one. A round has six steps:
     2. draft:   each row's drafter proposes up to γ tokens after the row's committed ones;
     3. verify:  ONE target pass over every row's segment (`LlamaModel.forward_segments`): a decoding
                 row's last committed token and drafts (a chain, or a token tree with its mask), or
-                the next chunk of a joining row's prompt, so a long prompt never stalls the others
-                for its whole length (`PREFILL_CHUNK` tokens per round while other rows decode);
+                the next chunk of a joining row's prompt (`PREFILL_CHUNK` tokens; PREFILL_CHUNK in
+                all while other rows decode, so a long prompt never stalls them for its whole length);
     4. accept:  per row, `verify.py` keeps the longest acceptable prefix and picks one more token;
     5. commit:  the row's cache keeps what was accepted (a chain rollback only moves its length, a
                 tree compacts); tokens are committed one at a time, so an end-of-sequence token, a
@@ -186,12 +186,12 @@ class Row:
 
     # 3. verify: the row's segment of the pass
     def work(self, prefill_budget: int | None) -> Work | None:
-        """This round's segment: the next prompt chunk (at most `prefill_budget` tokens; None: no
-        bound), or the last committed token and the draft. None: no room for a chunk this round."""
+        """This round's segment: the next prompt chunk (at most `prefill_budget` tokens), or the last
+        committed token and the draft. None: no room for a chunk this round."""
         device = self.target.net.device
         if self.prefilling:
             start = self.cache.length
-            end = len(self.prompt_ids) if prefill_budget is None else min(len(self.prompt_ids), start + prefill_budget)
+            end = min(len(self.prompt_ids), start + prefill_budget)
             if end <= start:
                 return None
             return Work(self.prompt_ids[start:end], Segment(self.cache, end - start), int(end == len(self.prompt_ids)), True)
@@ -367,11 +367,13 @@ class Batch:
         decoding = [row for row in rows if not row.prefilling]
         for row in decoding:  # 1. plan, 2. draft
             row.plan_and_draft(len(rows))
-        # 3. verify: one pass; prompts in chunks while others decode (bounded work per round), whole when alone
+        # 3. verify: one pass; prompts in chunks of PREFILL_CHUNK tokens (attention over a whole long
+        # prompt at once costs more than over its chunks), all of them in one round while nobody
+        # decodes, PREFILL_CHUNK tokens in all while others do (their rounds stay short)
         budget = PREFILL_CHUNK if decoding else None
         works: list[tuple[Row, Work]] = []
         for row in rows:
-            work = row.work(budget if row.prefilling else None)
+            work = row.work((PREFILL_CHUNK if budget is None else budget) if row.prefilling else None)
             if work is not None:
                 works.append((row, work))
                 if row.prefilling and budget is not None:

@@ -174,7 +174,7 @@ def run_load_test_command(args, console) -> int:
     lengths = _numbers(args.answer_lengths, "--answer-lengths")
     curve = _numbers(args.curve, "--curve")
     if (args.plot or args.compare) and not curve:
-        raise SpecdecError("--plot and --compare draw a load curve: give --curve too")
+        return _draw_saved_curves(args, console)
     if curve and (lengths or args.duration is not None or args.disconnect_share):
         raise SpecdecError("--curve runs a bounded number of requests of --max-tokens each, with every client "
                            "staying: leave out --answer-lengths, --duration and --disconnect-share")
@@ -214,13 +214,7 @@ def _run_curve(args, console, model: str, prompts: list[str], clients: list[int]
     from specdec.serve.load_plot import curve_table, plot_load_curve
 
     settings = (args.speculation or "off,4,auto").split(",")
-    compared = {}
-    for item in args.compare:
-        label, _, path = item.partition("=")
-        try:
-            compared[label] = json.loads(Path(path).read_text())["points"]
-        except (OSError, ValueError, KeyError) as exc:
-            raise SpecdecError(f"--compare {item}: not a curve written by --out ({exc})") from None
+    compared = _saved_curves(args.compare)
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("load curve", total=len(clients) * len(settings))
 
@@ -243,6 +237,36 @@ def _run_curve(args, console, model: str, prompts: list[str], clients: list[int]
     else:
         console.print(curve_table(curves), highlight=False, markup=False)
     return 0 if all(p["errors"] == 0 and p["mismatches"] == 0 for p in points) else 1
+
+
+def _saved_curves(items: list[str]) -> dict[str, list[dict]]:
+    """--compare LABEL=FILE items → label → the points of a curve written by --out."""
+    import json
+    from pathlib import Path
+
+    curves = {}
+    for item in items:
+        label, _, path = item.partition("=")
+        try:
+            curves[label] = json.loads(Path(path).read_text())["points"]
+        except (OSError, ValueError, KeyError) as exc:
+            raise SpecdecError(f"--compare {item}: not a curve written by --out ({exc})") from None
+    return curves
+
+
+def _draw_saved_curves(args, console) -> int:
+    """Without --curve: draw (and tabulate) the curves given with --compare, running nothing."""
+    from pathlib import Path
+
+    from specdec.serve.load_plot import curve_table, plot_load_curve
+
+    curves = _saved_curves(args.compare)
+    if not curves or not args.plot:
+        raise SpecdecError("to draw saved curves give --plot FILE and at least one --compare LABEL=FILE "
+                           "(or --curve to measure one)")
+    plot_load_curve(curves, Path(args.plot))
+    console.print(curve_table(curves), highlight=False, markup=False)
+    return 0
 
 
 def _print_load_test(summary: dict, console) -> None:
