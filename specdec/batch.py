@@ -50,6 +50,7 @@ from specdec.verify import speculative_sample, tree_sample, verify_greedy, verif
 PLAIN_ROUND = RoundPlan(None, 0, 1.0, "no drafter")
 PREFILL = RoundPlan(None, 0, 1.0, "the prefill: one pass over the prompt gives the first token")
 PREFILL_CHUNK = 64  # prompt tokens per row per pass (chunks do not change a bit: the kernels are invariant)
+CACHE_STEP = 256  # a row's cache holds a multiple of this many slots
 
 
 @dataclass
@@ -145,7 +146,10 @@ class Row:
         self.tokens = list(prompt_ids)
         self.generated = 0
         self.done = False
-        self.cache = target.net.new_cache(self.max_len + max((d.max_nodes for d in drafters), default=0))
+        room = self.max_len + max((d.max_nodes for d in drafters), default=0)
+        # in steps of CACHE_STEP slots: a server's rows then free and take blocks of a few sizes,
+        # which the allocator reuses, instead of fragmenting memory with every request's own size
+        self.cache = target.net.new_cache(-(-room // CACHE_STEP) * CACHE_STEP)
         for drafter in drafters:
             drafter.begin(self.prompt_ids, self.max_len, self.cache)
         self.started = time.perf_counter()

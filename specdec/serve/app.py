@@ -399,9 +399,10 @@ async def _respond(service: Service, body, tokenize: Callable[[], list[int]], re
     if body.stream_options is not None and not body.stream:
         raise ApiError(400, "stream_options is only allowed with stream: true", param="stream_options")
     engine, gamma, max_gamma = service.plan(body.speculation)
-    pending, bound = service.scheduler.running + service.scheduler.waiting, service.settings.max_pending
-    if pending >= bound:
-        raise busy(service, f"the server is busy: {pending} requests are running or waiting, the bound is {bound}; retry later")
+    try:
+        service.scheduler.check_room()
+    except ServerBusy as exc:
+        raise busy(service, str(exc)) from None
     prompt_ids = await asyncio.to_thread(tokenize)
     config = _config(service, body, prompt_ids, engine, gamma, max_gamma)
     try:

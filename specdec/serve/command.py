@@ -280,5 +280,7 @@ def _print_load_test(summary: dict, console) -> None:
     verdict = "every answer equal to its reference" if not summary["mismatches"] else f"{summary['mismatches']} answers differ"
     console.print(f"errors: {summary['errors']}; {verdict}; clients that left on purpose: {summary['disconnected']}; "
                   f"server memory {memory['before']} → {memory['after']} MB", highlight=False)
+    if memory["samples"]:
+        console.print("server memory (s: MB): " + ", ".join(f"{t:.0f}: {mb}" for t, mb in memory["samples"]), highlight=False)
     for problem in summary["first_errors"] + summary["first_mismatches"]:
         console.print(f"  {problem}", markup=False, highlight=False)

@@ -29,6 +29,7 @@ from specdec.errors import SpecdecError
 from specdec.serve.command import is_loopback
 
 FIRST_RETRY_SECONDS = 0.1  # a 429 is retried after this, doubling up to the server's Retry-After, with jitter
+MEMORY_EVERY = 30.0  # seconds between readings of the server's memory in a run of a given duration
 
 
 @dataclass
@@ -43,6 +44,7 @@ class LoadResult:
     tokens: int = 0
     seconds: float = 0.0
     server_memory_bytes: tuple[float | None, float | None] = (None, None)  # resident set before, after
+    memory_samples: list[tuple[float, float]] = field(default_factory=list)  # (seconds into the run, bytes)
 
     def summary(self) -> dict:
         def pct(values, q):
@@ -56,7 +58,8 @@ class LoadResult:
                 "tokens_per_second": round(self.tokens / self.seconds, 2),
                 "latency_seconds": {f"p{q}": pct(self.latencies, q) for q in (50, 90, 99)},
                 "time_to_first_token_seconds": {f"p{q}": pct(self.first_tokens, q) for q in (50, 90, 99)},
-                "server_memory_mb": {"before": before and round(before / 2**20, 1), "after": after and round(after / 2**20, 1)}}
+                "server_memory_mb": {"before": before and round(before / 2**20, 1), "after": after and round(after / 2**20, 1),
+                                     "samples": [[round(t, 1), round(b / 2**20, 1)] for t, b in self.memory_samples]}}
 
 
 def _body(model: str, prompt: str, max_tokens: int, speculation: dict | None, **extra) -> dict:
@@ -181,7 +184,17 @@ async def run_load_test(base_url: str, model: str, prompts: list[str], clients: 
                 if progress:
                     progress()
 
+        async def watch_memory():  # a sustained run: the server's resident set every MEMORY_EVERY seconds
+            while more():
+                await asyncio.sleep(MEMORY_EVERY)
+                resident = await server_memory(client)
+                if resident is not None:
+                    result.memory_samples.append((time.perf_counter() - started, resident))
+
+        watcher = asyncio.create_task(watch_memory()) if duration is not None else None
         await asyncio.gather(*(worker() for _ in range(clients)))
+        if watcher:
+            watcher.cancel()
         result.seconds = time.perf_counter() - started
         await asyncio.sleep(0.5)  # the rows of clients that left are dropped at the server's next round
         result.server_memory_bytes = (memory_before, await server_memory(client))

@@ -99,11 +99,15 @@ class Scheduler:
     def waiting(self) -> int:
         return sum(1 for j in self._jobs if not j.started)
 
-    def submit(self, engine: Engine, prompt_ids: list[int], config: GenerationConfig) -> Job:
-        """Admit a job (event loop only); raises ServerBusy past the bound."""
+    def check_room(self) -> None:
+        """Raise ServerBusy when the line is full (a request checks before its prompt is tokenized)."""
         if len(self._jobs) >= self.max_pending:
             raise ServerBusy(f"the server is busy: {len(self._jobs)} requests are running or waiting, "
                              f"the bound is {self.max_pending}; retry later")
+
+    def submit(self, engine: Engine, prompt_ids: list[int], config: GenerationConfig) -> Job:
+        """Admit a job (event loop only); raises ServerBusy past the bound."""
+        self.check_room()
         job = Job(engine, prompt_ids, config, asyncio.get_running_loop())
         self._jobs.append(job)
         with self._wake:
