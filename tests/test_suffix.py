@@ -80,12 +80,23 @@ def test_corpus_proposes_the_most_frequent_continuation_and_candidates():
 
 
 def test_min_match_and_learning_outputs():
-    drafter = SuffixDrafter(min_match=3, learn_outputs=True)
-    drafter.begin([1, 2], 64)
-    drafter.propose([1, 2, 20, 21, 22, 23], 2, GREEDY, None)  # the request's output: 20 21 22 23
-    assert drafter.propose([1, 2, 20, 21, 22, 23, 1, 2], 2, GREEDY, None).tokens == []  # match of 2 < 3
-    drafter.begin([5, 20, 21, 22], 64)  # a new request: the previous output is now in the corpus
-    assert drafter.propose([5, 20, 21, 22], 2, GREEDY, None).tokens == [23, 1]
+    """A request's output is learned when it ends (`finish`), into the corpus every per-request copy
+    shares; nothing is learned before, or with learning off."""
+    shared = SuffixDrafter(min_match=3, learn_outputs=True)
+    first, second = shared.for_request(), shared.for_request()
+    first.begin([1, 2], 64)
+    first.propose([1, 2, 20, 21, 22, 23], 2, GREEDY, None)  # the request's output: 20 21 22 23
+    assert first.propose([1, 2, 20, 21, 22, 23, 1, 2], 2, GREEDY, None).tokens == []  # match of 2 < 3
+    second.begin([5, 20, 21, 22], 64)  # another request while the first runs: nothing learned yet
+    assert second.propose([5, 20, 21, 22], 2, GREEDY, None).tokens == []
+    first.finish([1, 2, 20, 21, 22, 23, 1, 2], 2)  # the first request ends: its output joins the corpus
+    third = shared.for_request()
+    third.begin([5, 20, 21, 22], 64)
+    assert third.propose([5, 20, 21, 22], 2, GREEDY, None).tokens == [23, 1]
+    private = SuffixDrafter(min_match=3, learn_outputs=False)
+    private.finish([1, 2, 20, 21, 22, 23, 1, 2], 2)
+    private.begin([5, 20, 21, 22], 64)
+    assert private.propose([5, 20, 21, 22], 2, GREEDY, None).tokens == []
 
 
 def test_read_corpus_formats(tmp_path):
