@@ -294,3 +294,26 @@ def test_a_body_that_is_not_declared_json_is_told_to_send_the_content_type(live,
                           headers={"Content-Type": content_type}, timeout=30)
     assert response.status_code == 415, response.text
     assert "send Content-Type: application/json" in response.json()["error"]["message"]
+
+
+def test_a_chat_template_that_refuses_the_messages_gets_a_400(tiny_folder, tmp_path):
+    """A template's `raise_exception` (here: the first turn must be the user's) is the request's
+    fault: a 400 with the template's words, not a 500; the same template takes a user-first chat."""
+    import shutil
+
+    folder = tmp_path / "strict-chat"
+    shutil.copytree(tiny_folder, folder)
+    (folder / "chat_template.jinja").write_text(
+        "{% if messages[0]['role'] != 'user' %}{{ raise_exception('the first turn must be the user\\'s') }}{% endif %}"
+        "{% for m in messages %}t2 {{ m['content'] }} {% endfor %}{% if add_generation_prompt %}t3{% endif %}")
+    server = LiveServer(make_service(folder, "none"))
+    try:
+        body = {"model": MODEL, "max_tokens": 4, "temperature": 0,
+                "messages": [{"role": "assistant", "content": "t5"}, {"role": "user", "content": "t9"}]}
+        refused = httpx.post(server.url + "/v1/chat/completions", json=body)
+        assert refused.status_code == 400, refused.text
+        assert "the first turn must be the user's" in refused.json()["error"]["message"]
+        body["messages"] = body["messages"][1:]
+        assert httpx.post(server.url + "/v1/chat/completions", json=body).status_code == 200
+    finally:
+        server.stop()

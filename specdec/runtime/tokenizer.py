@@ -84,12 +84,19 @@ class Tokenizer:
         return ids + self._plain_ids(text[start:].translate(restore))
 
     def _render(self, messages: list[dict[str, str]], add_generation_prompt: bool) -> str:
-        return _compile(self.chat_template).render(
-            messages=messages,
-            add_generation_prompt=add_generation_prompt,
-            bos_token=self.bos_token or "",
-            eos_token=self.eos_token or "",
-        )
+        """The template's text; a template that refuses the messages (`raise_exception`, e.g. roles
+        out of the order it wants) or fails on them raises a SpecdecError saying so."""
+        from jinja2.exceptions import TemplateError
+
+        try:
+            return _compile(self.chat_template).render(
+                messages=messages,
+                add_generation_prompt=add_generation_prompt,
+                bos_token=self.bos_token or "",
+                eos_token=self.eos_token or "",
+            )
+        except TemplateError as exc:
+            raise SpecdecError(f"the model's chat template refused these messages: {exc}") from None
 
     @cached_property
     def _special_tokens(self) -> dict[int, str]:
