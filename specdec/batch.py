@@ -158,6 +158,7 @@ class Row:
         self.timed_drafters: set[str] = set()  # drafters whose proposals' times now reach the cost model
         # this round's choices (steps 1-2), read by steps 3-6
         self.plan, self.drafter, self.draft, self.draft_seconds = PLAIN_ROUND, None, Draft([]), 0.0
+        self.committed_len = 0  # the cache's length before this round's pass (step 3)
         self.tree: TokenTree | None = None
 
     @property

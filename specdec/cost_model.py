@@ -251,20 +251,21 @@ def measure_row_costs(net, context: int, sizes: list[int], repeats: int) -> tupl
     caches = [net.new_cache(context + max(sizes)) for _ in range(max(sizes))]
     for cache in caches:
         net.forward(ids[None, :context], cache)
-    times: dict[int, list[float]] = {size: [] for size in sizes}
+    rows_times: dict[int, list[float]] = {size: [] for size in sizes}  # B rows of one token each
+    row_times: dict[int, list[float]] = {size: [] for size in sizes}  # one row of B tokens
     for _ in range(repeats + 1):  # sizes interleaved, so that machine drift hits all alike
         for size in sizes:
-            for shape in ("rows", "row"):
-                segments = [Segment(c, 1) for c in caches[:size]] if shape == "rows" else [Segment(caches[0], size)]
+            for times, segments in ((rows_times, [Segment(c, 1) for c in caches[:size]]),
+                                    (row_times, [Segment(caches[0], size)])):
                 start = time.perf_counter()
                 net.forward_segments(ids[context:context + size], segments, logit_rows=torch.tensor([0]))[0, 0].item()
-                seconds = time.perf_counter() - start
-                times[size].append(seconds if shape == "rows" else -seconds)
+                times[size].append(time.perf_counter() - start)
                 for cache in caches[:size]:
                     cache.truncate(context)
-    pairs = {size: [t[i] + t[i + 1] for i in range(2, len(t), 2)] for size, t in times.items()}  # the first sweep warms up
-    one_row = {size: statistics.median(-t[i] for i in range(3, len(t), 2)) for size, t in times.items()}
-    return {size: max(0.0, statistics.median(d)) for size, d in pairs.items()}, one_row
+    # the first sweep warms up; the extra cost of rows is taken sweep by sweep, then its median
+    extra = {size: [r - o for r, o in zip(rows_times[size][1:], row_times[size][1:])] for size in sizes}
+    one_row = {size: statistics.median(row_times[size][1:]) for size in sizes}
+    return {size: max(0.0, statistics.median(d)) for size, d in extra.items()}, one_row
 
 
 def measure_draft_cost(model, drafter, context: int, max_gamma: int, repeats: int) -> DraftCost:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from specdec.batch import Batch, Piece, Row, StreamEvent
-from specdec.cost_model import CostModel, covers, largest_pass, load_or_measure
+from specdec.cost_model import BATCH_SIZES, CostModel, covers, largest_pass, load_or_measure
 from specdec.drafters.base import Drafter
 from specdec.errors import ConfigError, SpecdecError
 from specdec.policy import AdaptivePolicy, FixedPolicy
@@ -84,8 +84,6 @@ class Engine:
     def costs(self, max_gamma: int, max_batch: int = 1) -> CostModel:
         """The cost model for this target and these drafters (measured now if not cached: seconds);
         with `max_batch` > 1 also the cost of passes over that many rows (a server's batches)."""
-        from specdec.cost_model import BATCH_SIZES
-
         missing_rows = self.cost_model is not None and any(
             b not in self.cost_model.row_seconds for b in BATCH_SIZES if b <= max_batch)
         if (self.cost_model is None or not covers(self.cost_model, largest_pass(self.drafters, max_gamma))

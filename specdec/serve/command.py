@@ -167,7 +167,7 @@ def run_load_test_command(args, console) -> int:
     from rich.progress import Progress
 
     from specdec.bench.prompts import load_prompts
-    from specdec.serve.load_test import run_load_curve, run_load_test, speculation_setting
+    from specdec.serve.load_test import run_load_test, speculation_setting
 
     prompts = ([c.turns[0] for c in load_prompts(args.prompts, args.per_category)] if args.prompts
                else list(DEFAULT_LOAD_PROMPTS))
@@ -184,7 +184,7 @@ def run_load_test_command(args, console) -> int:
     except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
         raise SpecdecError(f"could not ask {args.url}/v1/models for the model ({exc}); is `specdec serve` running?") from exc
     if curve:
-        return _run_curve(args, console, model, prompts, curve, run_load_curve)
+        return _run_curve(args, console, model, prompts, curve)
     speculation = speculation_setting(args.speculation) if args.speculation else None
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task(f"{args.clients} clients", total=None if args.duration else args.requests)
@@ -204,7 +204,7 @@ def run_load_test_command(args, console) -> int:
     return 0 if not result.errors and not result.mismatches else 1
 
 
-def _run_curve(args, console, model: str, prompts: list[str], clients: list[int], run_load_curve) -> int:
+def _run_curve(args, console, model: str, prompts: list[str], clients: list[int]) -> int:
     import asyncio
     import json
     from pathlib import Path
@@ -212,6 +212,7 @@ def _run_curve(args, console, model: str, prompts: list[str], clients: list[int]
     from rich.progress import Progress
 
     from specdec.serve.load_plot import curve_table, plot_load_curve
+    from specdec.serve.load_test import run_load_curve
 
     settings = (args.speculation or "off,4,auto").split(",")
     compared = _saved_curves(args.compare)

@@ -51,7 +51,6 @@ class Job:
         self._lock = threading.Lock()  # orders "started" against "cancelled"
         self.started = False
         self.released = False  # its place in the line was given back
-        self.row: Row | None = None  # its row in the batch, once started
 
     def cancel(self) -> bool:
         """Ask the job to stop; True when it had already started (it leaves the batch at the next round)."""
@@ -142,7 +141,7 @@ class Scheduler:
     def _work(self) -> None:
         """Worker thread: admit, drop the cancelled, run a round; sleep while there is nothing to do."""
         batch: Batch | None = None
-        jobs: dict[int, Job] = {}  # id(row) → its job
+        jobs: dict[Row, Job] = {}  # the batch's rows → their jobs
         while True:
             with self._wake:
                 while not self._closing and not self._line and not (batch and batch.rows):
@@ -157,7 +156,7 @@ class Scheduler:
                     continue  # cancelled while waiting: already released
                 self._job_changed(job)
                 try:
-                    job.row = job.engine.row(job.prompt_ids, job.config)
+                    row = job.engine.row(job.prompt_ids, job.config)
                 except SpecdecError as exc:
                     self._fail(job, str(exc), user_error=True)
                     continue
@@ -166,12 +165,12 @@ class Scheduler:
                     self._fail(job, f"generation failed: {type(exc).__name__}: {exc}")
                     continue
                 batch = batch or Batch(job.engine.target)
-                batch.add(job.row)
-                jobs[id(job.row)] = job
-            for key, job in list(jobs.items()):
+                batch.add(row)
+                jobs[row] = job
+            for row, job in list(jobs.items()):
                 if job.cancelled:  # the client went away: its row leaves now
-                    batch.remove(job.row)
-                    del jobs[key]
+                    batch.remove(row)
+                    del jobs[row]
                     self._finished(job)
             if not batch or not batch.rows:
                 continue
@@ -179,17 +178,17 @@ class Scheduler:
                 events = batch.step()
             except Exception as exc:  # a bug in a round fails the rows that were in it, not the server
                 log.exception("a decoding round failed")
-                for key, job in list(jobs.items()):
-                    batch.remove(job.row)
-                    del jobs[key]
+                for row, job in list(jobs.items()):
+                    batch.remove(row)
+                    del jobs[row]
                     self._fail(job, f"generation failed: {type(exc).__name__}: {exc}")
                 continue
             self._on_round(*batch.last_round)
             for row, event in events:
-                job = jobs[id(row)]
+                job = jobs[row]
                 job.send(Update(event.pieces, event.stats if event.done else None))
                 if event.done:
-                    del jobs[id(row)]
+                    del jobs[row]
                     self._finished(job)
         for job in jobs.values():  # closing: whatever is left ends now
             self._finished(job)
