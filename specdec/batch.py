@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specdec.drafters.base import Draft, Drafter
+from specdec.drafters.base import Draft, Drafter, Features, feature_layers
 from specdec.errors import SpecdecError
 from specdec.policy import FixedPolicy, AdaptivePolicy, RoundPlan
 from specdec.runtime.llama import Segment
@@ -209,11 +209,11 @@ class Row:
         return Work(ids[0].tolist(), Segment(self.cache, ids.shape[1], positions[0], mask), ids.shape[1])
 
     # 4. accept, 5. commit, 6. record
-    def finish_prefill(self, logits: torch.Tensor | None, hidden: torch.Tensor | None) -> None:
+    def finish_prefill(self, logits: torch.Tensor | None, features: Features | None) -> None:
         """After a prompt chunk: its features to the drafters that read them; after the last chunk
         (logits [1, V]) the first new token, streamed at once (time to first token)."""
         for reader in self.readers:  # every prompt token is committed: its feature goes to the readers
-            reader.accept_features(hidden)
+            reader.accept_features(features.for_drafter(reader))
         if logits is None:
             return
         first = _pick(logits, self.params, self.generator)
@@ -224,8 +224,8 @@ class Row:
             self.rounds.append(self._trace(0, PREFILL, Draft([]), logits, None, [], first, TARGET, pieces, {},
                                            self.stats.prefill_seconds, 0.0))
 
-    def accept(self, logits: torch.Tensor, hidden: torch.Tensor | None, pass_seconds: float) -> None:
-        """logits [k+1, V] (a tree: [N+1, V]) and hidden [k+1, hidden] (or None) of the row's segment."""
+    def accept(self, logits: torch.Tensor, features: Features | None, pass_seconds: float) -> None:
+        """logits [k+1, V] (a tree: [N+1, V]) and the features of the row's segment's k+1 tokens (or None)."""
         t1 = time.perf_counter()
         draft, params = self.draft, self.params
         details = {} if self.config.trace else None  # the draws and the residual, for the trace
@@ -256,8 +256,10 @@ class Row:
             self.cache.compact(kept_slots(self.committed_len, path))
             kept = [0, *(i + 1 for i in path)]
             self.tree = None
-        for reader in self.readers:  # their features are now those of committed tokens
-            reader.accept_features(hidden[kept])
+        if self.readers:  # their features are now those of committed tokens
+            kept_features = features.rows(kept)
+            for reader in self.readers:
+                reader.accept_features(kept_features.for_drafter(reader))
         kinds = [ACCEPTED] * n + [TARGET if not draft.tokens else BONUS if full else CORRECTED]
         pieces = self._commit(accepted_tokens + [int(next_token)], kinds)
         verify_seconds = pass_seconds + time.perf_counter() - t1
@@ -390,20 +392,22 @@ class Batch:
         logit_rows = torch.tensor([end - k for (_, work), end in zip(works, ends)
                                    for k in range(work.logit_rows, 0, -1)], device=device, dtype=torch.long)  # [M]
         wants_hidden = any(row.readers for row, _ in works)
+        aux_layers = feature_layers([d for row, _ in works for d in row.readers])
         started = time.perf_counter()
         out = net.forward_segments(ids, [work.segment for _, work in works], logit_rows=logit_rows,
-                                   return_hidden=wants_hidden)
-        logits, hidden = out if wants_hidden else (out, None)  # [M, V], [N, hidden]
+                                   return_hidden=wants_hidden, aux_layers=aux_layers)
+        logits = out[0] if wants_hidden else out  # [M, V]
+        features = Features(out[1], out[2] if aux_layers else {}) if wants_hidden else None  # [N, ...]
         pass_seconds = time.perf_counter() - started
         # 4. accept, 5. commit, 6. record
         first_row, first_logit = 0, 0
         for (row, work), end in zip(works, ends):
             row_logits = logits[first_logit:first_logit + work.logit_rows]
-            row_hidden = None if hidden is None else hidden[first_row:end]
+            row_features = None if features is None else features.rows(slice(first_row, end))
             if work.prefill:
-                row.finish_prefill(row_logits if work.logit_rows else None, row_hidden)
+                row.finish_prefill(row_logits if work.logit_rows else None, row_features)
             else:
-                row.accept(row_logits, row_hidden, pass_seconds)
+                row.accept(row_logits, row_features, pass_seconds)
             first_row, first_logit = end, first_logit + work.logit_rows
         if len(works) == 1 and not works[0][1].prefill:  # a row alone: its round is a T(k)
             costs = works[0][0].engine.cost_model

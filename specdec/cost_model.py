@@ -273,6 +273,9 @@ def measure_draft_cost(model, drafter, context: int, max_gamma: int, repeats: in
 
     The context repeats one random block, so that lookup drafters find matches and propose in
     full. A drafter that drafts from the target's own layers gets the target's cache, prefilled."""
+    from specdec.drafters.base import Features
+    from specdec.runtime.llama import Segment
+
     net = model.net
     block = torch.randint(0, net.vocab_size, (37,), generator=torch.Generator().manual_seed(1)).tolist()
     tokens = (block * (context // len(block) + 1))[:context]
@@ -280,7 +283,9 @@ def measure_draft_cost(model, drafter, context: int, max_gamma: int, repeats: in
     cache = net.new_cache(max_len)
     drafter.begin(tokens, max_len, cache)
     if drafter.wants_features:  # EAGLE, Medusa: the features of every token but the last
-        drafter.accept_features(net.forward(torch.tensor([tokens[:-1]], device=net.device), cache, return_hidden=True)[1][0])
+        ids = torch.tensor(tokens[:-1], device=net.device)
+        out = net.forward_segments(ids, [Segment(cache, len(ids))], return_hidden=True, aux_layers=drafter.feature_layers)
+        drafter.accept_features(Features(out[1], out[2] if drafter.feature_layers else {}).for_drafter(drafter))
     else:
         net.forward(torch.tensor([tokens[:-1]], device=net.device), cache)  # every token but the last
     greedy = SamplingParams()

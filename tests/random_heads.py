@@ -33,3 +33,32 @@ def random_eagle_head(target):
             if param.dim() == 2:
                 param.normal_(0, 0.3)  # peakier drafts than the default initialisation
     return head.eval()
+
+
+
+_TRAINED: dict[int, object] = {}
+
+
+def small_eagle3_head(target):
+    """An EAGLE-3 head reading both layers of the tiny target, trained for a few seconds on its own
+    answers (cached per target). An untrained one has its own random LM head and is almost never
+    right, so the tests could not see drafts accepted and rejected; its quality is otherwise irrelevant."""
+    if id(target) not in _TRAINED:
+        import random
+        import tempfile
+        from pathlib import Path
+
+        from specdec.drafters.eagle import load_eagle3_head
+        from specdec.train.distill import distill
+        from specdec.train.eagle3 import train_eagle3
+
+        rng = random.Random(11)
+        prompts = [" ".join(f"t{rng.randrange(2, 64)}" for _ in range(rng.randint(3, 12))) for _ in range(32)]
+        with tempfile.TemporaryDirectory() as folder:
+            distill(target, prompts, Path(folder) / "data", max_new_tokens=24, batch_size=8, shard_size=32,
+                    temperatures=(0.0, 1.0), aux_layers=(0, 1))
+            train_eagle3(target, Path(folder) / "data", Path(folder) / "head", draft_vocab=40, depth=2, epochs=3,
+                         batch_tokens=256, lr=3e-3, validation_share=0.1, checkpoint_dir=Path(folder) / "checkpoints",
+                         log=lambda *_: None)
+            _TRAINED[id(target)] = load_eagle3_head(Path(folder) / "head", target)
+    return _TRAINED[id(target)]

@@ -89,7 +89,7 @@ def batched_pvalue(engine: Engine, law: dict, gamma: int | str = 3) -> float:
     return law_pvalue(counts, law)
 
 
-@pytest.mark.parametrize("kind", ["draft", "eagle-tree"])
+@pytest.mark.parametrize("kind", ["draft", "eagle-tree", "eagle3"])
 def test_batched_rows_follow_the_target_distribution(tiny_target, draft_model, first_tokens_law, kind):
     assert batched_pvalue(Engine(tiny_target, drafters(tiny_target, draft_model)[kind]), first_tokens_law) > ALPHA
 

@@ -36,7 +36,7 @@ from whole_runs import (NEW_TOKENS, PROMPT, RUNS, TOP_K, auto_engine, drafters, 
 
 
 @pytest.mark.parametrize("gamma", [1, 3, 6])
-@pytest.mark.parametrize("kind", ["ngram", "draft", "early", "suffix", "eagle", "eagle-tree", "medusa"])
+@pytest.mark.parametrize("kind", ["ngram", "draft", "early", "suffix", "eagle", "eagle-tree", "eagle3", "eagle3-chain", "medusa"])
 def test_greedy_speculative_equals_plain(tiny_target, draft_model, kind, gamma):
     config = GenerationConfig(max_new_tokens=60, gamma=gamma, ignore_eos=True)
     plain = Engine(tiny_target).generate(PROMPT, config)
@@ -49,7 +49,7 @@ def test_greedy_speculative_equals_plain(tiny_target, draft_model, kind, gamma):
     assert spec.stats.target_passes < plain.stats.target_passes == 60
 
 
-@pytest.mark.parametrize("kind", ["ngram", "draft", "early", "suffix", "eagle", "eagle-tree", "medusa"])
+@pytest.mark.parametrize("kind", ["ngram", "draft", "early", "suffix", "eagle", "eagle-tree", "eagle3", "eagle3-chain", "medusa"])
 def test_greedy_adaptive_gamma_equals_plain(tiny_target, draft_model, kind):
     config = GenerationConfig(max_new_tokens=60, ignore_eos=True)  # γ = auto
     drafter = drafters(tiny_target, draft_model)[kind]
@@ -214,7 +214,7 @@ def sampled_pvalue(engine: Engine, law: dict, gamma: int | str = 3, choices: set
     return law_pvalue(counts, law)
 
 
-@pytest.mark.parametrize("kind", ["plain", "ngram", "draft", "early", "suffix", "eagle", "eagle-tree", "medusa"])
+@pytest.mark.parametrize("kind", ["plain", "ngram", "draft", "early", "suffix", "eagle", "eagle-tree", "eagle3", "medusa"])
 def test_whole_generations_follow_the_target_distribution(tiny_target, draft_model, first_tokens_law, kind):
     drafter = None if kind == "plain" else drafters(tiny_target, draft_model)[kind]
     assert sampled_pvalue(Engine(tiny_target, drafter), first_tokens_law) > ALPHA
@@ -234,7 +234,7 @@ def test_whole_generations_with_the_adaptive_policy_negative_control(tiny_target
     assert sampled_pvalue(auto_engine(tiny_target, draft_model), first_tokens_law, "auto") < ALPHA
 
 
-@pytest.mark.parametrize("kind", ["ngram", "draft", "early", "suffix", "eagle", "eagle-tree", "medusa"])
+@pytest.mark.parametrize("kind", ["ngram", "draft", "early", "suffix", "eagle", "eagle-tree", "eagle3", "medusa"])
 def test_whole_generations_negative_control(tiny_target, draft_model, first_tokens_law, kind, monkeypatch):
     monkeypatch.setattr(batch_module, "speculative_sample", accept_everything)
     monkeypatch.setattr(batch_module, "tree_sample", tree_accept_first_children)

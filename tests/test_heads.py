@@ -17,8 +17,8 @@ from specdec.engine import Engine, GenerationConfig
 from specdec.errors import ConfigError, SpecdecError
 from specdec.heads.eagle import EagleConfig, EagleHead
 from specdec.runtime.kv_cache import StaticKVCache
-from specdec.runtime.llama import cache_attention_mask
-from specdec.train.distill import distill, generate_batch, load_sequences
+from specdec.runtime.llama import Segment, cache_attention_mask
+from specdec.train.distill import distill, generate, load_sequences
 from specdec.train.eagle import train_eagle
 from specdec.train.loop import (
     CHECKPOINT_STATE,
@@ -34,16 +34,27 @@ def word_prompts(count: int, seed: int = 0) -> list[str]:
 
 
 def test_batched_generation_equals_one_by_one(tiny_target):
-    """Rows of different lengths in one pass decode exactly as alone; features equal a plain pass's."""
-    prompts = [[5, 9, 12], [7, 30, 5, 9, 12, 7, 8, 3, 44], [2], [8, 8, 8, 8, 8]]
-    sequences = generate_batch(tiny_target.net, prompts, 12, set(tiny_target.eos_token_ids))
-    for prompt, seq in zip(prompts, sequences):
+    """Rows of different lengths, joining and leaving, decode exactly as alone; features equal a plain
+    pass's (final and the inputs of the aux layers); a sampled answer is the same whatever is beside it."""
+    prompts = {0: [5, 9, 12], 1: [7, 30, 5, 9, 12, 7, 8, 3, 44], 2: [2], 3: [8, 8, 8, 8, 8], 4: [3, 4]}
+    net = tiny_target.net
+    eos = set(tiny_target.eos_token_ids)
+    greedy = generate(net, prompts, 12, eos, batch_size=2, aux_layers=(0, 1))
+    for i, prompt in prompts.items():
+        seq = greedy[i]
         alone = Engine(tiny_target).generate(prompt, GenerationConfig(max_new_tokens=12))
         assert seq.tokens == prompt + alone.token_ids and seq.answer_start == len(prompt)
-        net = tiny_target.net
-        _, hidden = net.forward(torch.tensor([seq.tokens]), net.new_cache(64), return_hidden=True)
+        _, hidden, aux = net.forward_segments(torch.tensor(seq.tokens), [Segment(net.new_cache(64), len(seq.tokens))],
+                                              aux_layers=(0, 1))
         assert seq.features.shape == (len(seq.tokens), net.config.hidden_size)
-        assert (seq.features.float() - hidden[0]).abs().max() < 1e-2  # stored in float16
+        assert (seq.features.float() - hidden).abs().max() < 1e-2  # stored in float16
+        assert (seq.aux_features.float() - torch.cat((aux[0], aux[1]), -1)).abs().max() < 1e-2
+        assert torch.equal(aux[0], net.embed(torch.tensor(seq.tokens)))  # the input of layer 0: the embeddings
+    temperatures = dict.fromkeys(prompts, 1.0)
+    sampled = [generate(net, prompts, 12, eos, batch_size=b, temperatures=temperatures, seed=3) for b in (1, 4)]
+    assert all(sampled[0][i].tokens == sampled[1][i].tokens for i in prompts)
+    other_seed = generate(net, prompts, 12, eos, batch_size=4, temperatures=temperatures, seed=4)
+    assert any(other_seed[i].tokens != sampled[0][i].tokens for i in prompts)  # the control: the seed matters
 
 
 def test_unrolled_chain_equals_drafting_step_by_step():
@@ -249,3 +260,74 @@ def test_eagle_tree_leaves_out_tokens_the_sampling_transform_cuts():
     tokens, parents, scores, depths = [], [], [], []
     added = EagleDrafter._add(tokens, parents, scores, depths, -1, log_q.topk(4))
     assert tokens == [0, 1] and len(added) == 2
+
+
+def test_eagle3_unrolled_chain_equals_drafting_step_by_step(tiny_target):
+    """EAGLE-3's training-time test: block 0 reads the fused aux features, block d the head's own
+    output; block d at t must be exactly the drafter's d-th step after true pairs ≤ t − d."""
+    from random_heads import small_eagle3_head
+
+    head = small_eagle3_head(tiny_target)
+    hidden = tiny_target.net.config.hidden_size
+    torch.manual_seed(1)
+    aux, embeds = torch.randn(1, 10, 2 * hidden), torch.randn(1, 10, hidden)
+    with torch.no_grad():
+        blocks = unrolled_predictions(head, aux, embeds, depth=3)
+        for start in (0, 5):
+            cache = StaticKVCache(1, head.config.num_kv_heads, head.config.head_dim, 32)
+
+            def feed(f, e, position):
+                past, n = cache.length, f.shape[0]
+                causal = past == 0 and n > 1
+                mask = None if causal else cache_attention_mask(past, n, None, "cpu")
+                out = head(f[None], e[None], torch.arange(position, position + n)[None], cache, mask, causal)
+                cache.advance(n)
+                return out[0, -1]
+
+            predicted = feed(aux[0, : start + 1], embeds[0, : start + 1], 0)
+            assert torch.allclose(predicted, blocks[0][0, start], atol=1e-5)
+            for d in (1, 2):
+                t = start + d
+                predicted = feed(predicted[None], embeds[0, t : t + 1], t)
+                assert torch.allclose(predicted, blocks[d][0, t], atol=1e-5)
+        # the negative control: feeding block d the target's features again (EAGLE-1's training) differs
+        wrong = head(aux, embeds, torch.arange(10)[None], GrowingCache(), None, True)
+        assert not torch.allclose(wrong[0, 6], blocks[1][0, 6], atol=1e-3)
+
+
+@pytest.fixture(scope="module")
+def tiny_aux_data(tiny_target, tmp_path_factory):
+    """Greedy and sampled answers with the inputs of both tiny layers (what EAGLE-3 reads)."""
+    folder = tmp_path_factory.mktemp("distill-aux")
+    meta = distill(tiny_target, word_prompts(40), folder, max_new_tokens=24, batch_size=8, shard_size=16,
+                   temperatures=(0.0, 1.0), aux_layers=(0, 1))
+    assert meta["sequences"] == 40 and meta["aux_layers"] == [0, 1]
+    return folder
+
+
+def test_eagle3_train_save_load_generate(tiny_target, tiny_aux_data, tmp_path):
+    from specdec.train.eagle3 import train_eagle3
+
+    info = train_eagle3(tiny_target, tiny_aux_data, tmp_path / "head", draft_vocab=48, depth=2, epochs=3,
+                        batch_tokens=256, lr=3e-3, validation_share=0.1, log=lambda *_: None)
+    meta = json.loads((tmp_path / "head" / "head.json").read_text())
+    assert meta["kind"] == "eagle3" and meta["config"]["aux_layers"] == [0, 1] and len(meta["history"]) == 3
+    first, last = info["history"][0], info["history"][-1]
+    assert last["loss"] < first["loss"]  # it learned something on held-out sequences
+    assert len(last["alpha_t1_per_depth"]) == 2 and all(0 <= a <= 1 for a in last["alpha_t1_per_depth"])
+    from safetensors.torch import load_file
+
+    weights = load_file(str(tmp_path / "head" / "head.safetensors"))
+    d2t, t2d = weights["d2t"], weights["t2d"]
+    vocab = torch.arange(len(d2t)) + d2t  # target id = draft id + d2t[draft id]
+    assert len(d2t) == 48 and int(t2d.sum()) == 48 and bool(t2d[vocab].all())
+    assert {k.split(".")[0] for k in weights} == {"fc", "midlayer", "norm", "lm_head", "d2t", "t2d"}
+    assert_greedy_equal(tiny_target, build_drafters(f"eagle3:{tmp_path / 'head'}", tiny_target))
+    assert_greedy_equal(tiny_target, build_drafters(f"eagle3-chain:{tmp_path / 'head'}", tiny_target))
+
+
+def test_eagle3_needs_aux_features(tiny_target, tiny_data, tmp_path):
+    from specdec.train.eagle3 import train_eagle3
+
+    with pytest.raises(SpecdecError, match="no aux-layer features"):
+        train_eagle3(tiny_target, tiny_data, tmp_path / "head", draft_vocab=48, epochs=1, log=lambda *_: None)

@@ -12,7 +12,7 @@ from specdec.drafters import (DraftModelDrafter, EagleDrafter, EarlyExitDrafter,
                               SuffixDrafter)
 from specdec.engine import Engine
 from specdec.sampling import SamplingParams, logits_to_probs
-from random_heads import random_eagle_head, random_medusa_heads
+from random_heads import random_eagle_head, random_medusa_heads, small_eagle3_head
 from stat_helpers import gof_pvalue
 
 # A prompt with repeats, so that prompt lookup finds matches from the first round.
@@ -32,6 +32,8 @@ def drafters(target, draft_model):
         "suffix": SuffixDrafter(corpus=[PROMPT[2:] + [8, 3, 8, 36], [12, 7, 5, 9, 44, 2]], min_match=1),
         "eagle": EagleDrafter(target, random_eagle_head(target)),
         "eagle-tree": EagleDrafter(target, random_eagle_head(target), name="eagle-tree", tree_budget=10, top_k=3),
+        "eagle3": EagleDrafter(target, small_eagle3_head(target), name="eagle3", tree_budget=10, top_k=3),
+        "eagle3-chain": EagleDrafter(target, small_eagle3_head(target), name="eagle3-chain"),
         "medusa": MedusaDrafter(target, random_medusa_heads(target), paths=[[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]]),
     }
 

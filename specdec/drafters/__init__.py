@@ -10,9 +10,13 @@
     eagle[:PATH]    an EAGLE head (`specdec train eagle`) drafting a chain; without PATH the head
                     shipped for the default model
     eagle-tree[:PATH]  the same head drafting a dynamic tree (EAGLE-2) of at most 16 nodes, 4 per level
+    eagle3[:PATH]   an EAGLE-3 head (`specdec train eagle3`) drafting a dynamic tree as eagle-tree;
+                    without PATH the head shipped for the default model
+    eagle3-chain[:PATH]  the same head drafting a chain
     medusa[:PATH]   Medusa heads (`specdec train medusa`), their candidates verified as a static tree
     auto[:A,B,...]  the adaptive policy picks among these drafters each round (default: ngram,
-                    suffix and, on the lean runtime, early exit at a quarter of the layers)
+                    suffix and, on the lean runtime, early exit at a quarter of the layers and the
+                    EAGLE-3 head shipped for the target, where there is one)
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from pathlib import Path
 
 from specdec.drafters.base import Draft, Drafter
 from specdec.drafters.draft_model import DraftModelDrafter
-from specdec.drafters.eagle import EagleDrafter, load_eagle_head
+from specdec.drafters.eagle import EagleDrafter, load_eagle3_head, load_eagle_head
 from specdec.drafters.early_exit import EarlyExitDrafter
 from specdec.drafters.medusa import MedusaDrafter, load_medusa_heads
 from specdec.drafters.ngram import PromptLookupDrafter
@@ -29,18 +33,22 @@ from specdec.drafters.suffix import SuffixDrafter, read_corpus
 from specdec.errors import ConfigError
 from specdec.runtime.loading import LanguageModel, load_model
 
-DRAFTER_KINDS = ("none", "ngram[:N]", "draft:MODEL", "early:L", "suffix[:PATH]", "eagle[:PATH]", "eagle-tree[:PATH]", "medusa[:PATH]",
+DRAFTER_KINDS = ("none", "ngram[:N]", "draft:MODEL", "early:L", "suffix[:PATH]", "eagle[:PATH]", "eagle-tree[:PATH]",
+                 "eagle3[:PATH]", "eagle3-chain[:PATH]", "medusa[:PATH]",
                  "auto[:A,B,...]")
 TREE_BUDGET, TREE_TOP_K = 16, 4  # eagle-tree: nodes verified per round, candidates per expanded node
 SHIPPED_HEADS = Path(__file__).resolve().parent.parent / "heads" / "shipped"  # trained for the default model
 
 
 def auto_drafter_specs(target: LanguageModel) -> list[str]:
-    """The drafters `auto` chooses among when none are named: those that need no extra weights."""
+    """The drafters `auto` chooses among when none are named: those that need no extra weights, and
+    on the lean runtime early exit and the EAGLE-3 head shipped for the target, if there is one."""
     specs = ["ngram", "suffix"]
     config = getattr(target.net, "config", None)
     if config is not None and config.num_layers >= 4:  # the lean runtime: early exit is available
         specs.append(f"early:{config.num_layers // 4}")
+    if config is not None and (SHIPPED_HEADS / f"{target.name}-eagle3").is_dir():
+        specs.append("eagle3")
     return specs
 
 
@@ -87,6 +95,10 @@ def build_one(spec: str, target: LanguageModel, *, device: str, dtype: str, runt
         folder = Path(arg).expanduser() if arg else shipped_head(target, "eagle")
         tree = dict(tree_budget=TREE_BUDGET, top_k=TREE_TOP_K) if kind == "eagle-tree" else {}
         return EagleDrafter(target, load_eagle_head(folder, target), name=spec.strip(), **tree)
+    if kind in ("eagle3", "eagle3-chain"):
+        folder = Path(arg).expanduser() if arg else shipped_head(target, "eagle3")
+        tree = dict(tree_budget=TREE_BUDGET, top_k=TREE_TOP_K) if kind == "eagle3" else {}
+        return EagleDrafter(target, load_eagle3_head(folder, target), name=spec.strip(), **tree)
     if kind == "medusa":
         folder = Path(arg).expanduser() if arg else shipped_head(target, "medusa")
         return MedusaDrafter(target, load_medusa_heads(folder, target), name=spec.strip())

@@ -54,7 +54,8 @@ class Drafter(ABC):
 
     name: str
     max_nodes: int = 0  # a tree drafter: the most nodes one proposal holds (the engine reserves that much cache); 0: chains
-    wants_features: bool = False  # True: the engine hands over the target's final hidden states (`accept_features`)
+    wants_features: bool = False  # True: the engine hands over the target's features (`accept_features`)
+    feature_layers: tuple[int, ...] = ()  # which: () the final-norm hidden states, else the inputs of these layers
 
     @abstractmethod
     def begin(self, prompt_ids: list[int], max_len: int, target_cache=None) -> None:
@@ -84,9 +85,32 @@ class Drafter(ABC):
         number of nodes within depth γ for a tree (what a verification pass costs)."""
         return gamma
 
-    def accept_features(self, hidden: torch.Tensor) -> None:  # hidden: [n, hidden] of the next n committed tokens
-        """Only for `wants_features` drafters: the target's features of newly committed tokens."""
+    def accept_features(self, hidden: torch.Tensor) -> None:  # hidden: [n, features] of the next n committed tokens
+        """Only for `wants_features` drafters: the target's features of newly committed tokens
+        (`Features.for_drafter`)."""
         raise NotImplementedError(f"{self.name} does not read the target's features")
+
+
+@dataclass
+class Features:
+    """The target's hidden states of some tokens of a pass: the final-norm ones, and the inputs of
+    the layers that EAGLE-3 heads read."""
+
+    final: torch.Tensor  # [n, hidden]
+    aux: dict[int, torch.Tensor]  # layer -> [n, hidden]
+
+    def rows(self, index) -> Features:
+        return Features(self.final[index], {layer: x[index] for layer, x in self.aux.items()})
+
+    def for_drafter(self, drafter: Drafter) -> torch.Tensor:  # [n, hidden] or [n, layers × hidden]
+        if not drafter.feature_layers:
+            return self.final
+        return torch.cat([self.aux[layer] for layer in drafter.feature_layers], dim=-1)
+
+
+def feature_layers(drafters: list[Drafter]) -> tuple[int, ...]:
+    """Every layer whose input some of `drafters` read, ascending (what a pass must capture)."""
+    return tuple(sorted({layer for d in drafters if d.wants_features for layer in d.feature_layers}))
 
 
 def full_vocabulary_logits(draft_logits: torch.Tensor, vocab_ids: torch.Tensor, vocab_size: int) -> torch.Tensor:

@@ -1,11 +1,16 @@
-"""EAGLE drafting: the head (`heads/eagle.py`) proposes from the target's own features.
+"""EAGLE drafting: an EAGLE head (`heads/eagle.py`) or an EAGLE-3 head (`heads/eagle3.py`) proposes
+from the target's own features.
 
 State per request: the target's features of every committed token but the last (the engine hands
-them over after the prefill and after each verification pass: `accept_features`), and the head's
-one-layer KV cache over the pairs (f_t, x_{t+1}) already fed. A proposal feeds the pairs not yet
-fed (the last committed token's pair among them), then drafts one token at a time, feeding the
-head its own predicted feature with each drafted token, and finally rolls its cache back to the
-committed pairs. The target is only read (embedding and LM head rows), never changed.
+them over after the prefill and after each verification pass: `accept_features`; for EAGLE-3 the
+inputs of the layers the head reads, `feature_layers`), and the head's one-layer KV cache over the
+pairs (f_t, x_{t+1}) already fed. A proposal feeds the pairs not yet fed (the last committed
+token's pair among them), then drafts one token at a time, feeding the head its own predicted
+feature with each drafted token, and finally rolls its cache back to the committed pairs. The
+target is only read (embedding, and an EAGLE head's LM head rows), never changed. The two heads
+differ only in what they read and how their output becomes logits: an EAGLE head's predicted
+feature goes through the target's LM head rows of its draft vocabulary, an EAGLE-3 head's through
+its own norm and LM head.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import torch
 from specdec.drafters.base import Draft, Drafter, draft_chain, full_vocabulary_logits
 from specdec.errors import ConfigError
 from specdec.heads.eagle import EagleConfig, EagleHead
+from specdec.heads.eagle3 import Eagle3Config, Eagle3Head
 from specdec.heads.files import load_module
 from specdec.runtime.kv_cache import StaticKVCache
 from specdec.runtime.llama import LlamaModel, cache_attention_mask
@@ -25,6 +31,14 @@ from specdec.sampling import SamplingParams, logits_to_probs
 
 def load_eagle_head(folder: Path, target) -> EagleHead:
     return load_module(folder, "eagle", target, lambda config: EagleHead(EagleConfig(**config)))
+
+
+def load_eagle3_head(folder: Path, target) -> Eagle3Head:
+    head = load_module(folder, "eagle3", target, lambda config: Eagle3Head(Eagle3Config(**config)))
+    layers = target.net.config.num_layers
+    if any(not 0 <= layer < layers for layer in head.config.aux_layers):
+        raise ConfigError(f"{folder} reads the target's layers {head.config.aux_layers}, but it has {layers} layers")
+    return head
 
 
 class EagleDrafter(Drafter):
@@ -37,13 +51,22 @@ class EagleDrafter(Drafter):
 
     wants_features = True  # the engine passes the target's final hidden states of committed tokens
 
-    def __init__(self, target, head: EagleHead, name: str = "eagle", tree_budget: int = 0, top_k: int = 4) -> None:
+    def __init__(self, target, head: EagleHead | Eagle3Head, name: str = "eagle", tree_budget: int = 0,
+                 top_k: int = 4) -> None:
         if not isinstance(target.net, LlamaModel):
             raise ConfigError("EAGLE drafting reads the target's features: it needs the lean runtime (--runtime lean)")
         self.net = target.net
         self.head = head
         self.name = name
-        self.head_rows = self.net.lm_head_weight()[head.vocab_ids].clone()  # [Vd, hidden]
+        self.vocab_ids = head.vocab_ids  # [Vd] target ids
+        if isinstance(head, Eagle3Head):
+            self.feature_layers = tuple(head.config.aux_layers)
+            self.feature_size = len(self.feature_layers) * head.config.target_hidden_size
+            self.draft_logits = head.logits
+        else:
+            self.feature_size = head.config.hidden_size
+            self.head_rows = self.net.lm_head_weight()[self.vocab_ids].clone()  # [Vd, hidden]
+            self.draft_logits = lambda predicted: predicted @ self.head_rows.T  # [n, hidden] -> [n, Vd]
         if tree_budget < 0 or top_k < 1:
             raise ConfigError(f"an EAGLE tree needs a budget >= 1 node and top_k >= 1, got {tree_budget} and {top_k}")
         self.max_nodes = tree_budget  # 0: chains
@@ -56,10 +79,10 @@ class EagleDrafter(Drafter):
         c = self.head.config
         room = max_len + 1 + self.max_nodes * self.top_k  # committed pairs, then a chain or the tree's expanded nodes
         self.cache = StaticKVCache(1, c.num_kv_heads, c.head_dim, room, device=self.net.device, dtype=self.net.dtype)
-        self.features = torch.zeros(max_len, c.hidden_size, device=self.net.device, dtype=self.net.dtype)
+        self.features = torch.zeros(max_len, self.feature_size, device=self.net.device, dtype=self.net.dtype)
         self.known = 0
 
-    def accept_features(self, hidden: torch.Tensor) -> None:  # hidden: [n, hidden] of the next n committed tokens
+    def accept_features(self, hidden: torch.Tensor) -> None:  # hidden: [n, feature_size] of the next n committed tokens
         n = hidden.shape[0]
         self.features[self.known:self.known + n] = hidden
         self.known += n
@@ -69,7 +92,8 @@ class EagleDrafter(Drafter):
               tree_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Feed pairs (features [n, hidden], ids [n]) into the next slots of the head's cache, at the
         next positions (a chain) or at `positions` seeing the committed pairs and per `tree_mask`
-        [n, slots drafted so far + n] the drafted ones. Returns the predicted features [n, hidden]
+        [n, slots drafted so far + n] the drafted ones. `features` are the target's ([n, feature_size])
+        or the head's own predictions ([n, hidden]). Returns the predicted features [n, hidden]
         and the draft logits over the full vocabulary [n, V] (-inf outside the draft vocabulary)."""
         device = self.net.device
         past, n = self.cache.length, len(ids)
@@ -86,7 +110,7 @@ class EagleDrafter(Drafter):
         embeds = self.net.embed(torch.tensor([ids], device=device))  # [1, n, hidden]
         predicted = self.head(features[None], embeds, position_ids, self.cache, mask, causal)[0]  # [n, hidden]
         self.cache.advance(n)
-        return predicted, full_vocabulary_logits(predicted @ self.head_rows.T, self.head.vocab_ids, self.net.vocab_size)
+        return predicted, full_vocabulary_logits(self.draft_logits(predicted), self.vocab_ids, self.net.vocab_size)
 
     def verified_tokens(self, gamma: int) -> int:
         """Draft tokens a proposal of depth γ puts in the verification pass (the policy prices it)."""
@@ -130,7 +154,7 @@ class EagleDrafter(Drafter):
         start = self._catch_up(tokens)
         try:
             predicted, logits = self._feed(self.features[start:self.known], tokens[start + 1:])
-            width = min(self.top_k, len(self.head.vocab_ids))
+            width = min(self.top_k, len(self.vocab_ids))
             node_tokens: list[int] = []
             node_parents: list[int] = []
             scores: list[float] = []  # log of the path probability under q

@@ -12,7 +12,7 @@ from safetensors.torch import load_file, save_file
 from specdec.errors import ConfigError
 
 WEIGHTS, CONFIG = "head.safetensors", "head.json"
-KINDS = ("eagle", "medusa")
+KINDS = ("eagle", "eagle3", "medusa")
 
 
 def save_head(folder: Path, kind: str, config: dict, state: dict[str, torch.Tensor], info: dict) -> None:

@@ -36,6 +36,7 @@ from specdec.runtime.kv_cache import StaticKVCache
 from specdec.runtime.quant import QuantizedLinear
 
 NO_TREE_MASK = torch.empty(0, dtype=torch.bool)
+LAYER_WEIGHTS = 7  # tensors per layer in `decoder_layers`' weight list (kWeightsPerLayer in layer.cpp)
 
 
 class RMSNorm(nn.Module):
@@ -119,20 +120,22 @@ class SegmentAttention:
 
 
 class Attention(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, input_size: int | None = None) -> None:
+        """`input_size`: the width of what q, k and v are computed from (default hidden_size; an
+        EAGLE-3 head's layer reads [embedding ; feature], twice that)."""
         super().__init__()
         self.num_heads = config.num_heads
         self.num_kv_heads = config.num_kv_heads
         self.head_dim = config.head_dim
         q_dim = config.num_heads * config.head_dim
         kv_dim = config.num_kv_heads * config.head_dim
-        self.qkv = nn.Linear(config.hidden_size, q_dim + 2 * kv_dim, bias=config.attention_bias)
+        self.qkv = nn.Linear(input_size or config.hidden_size, q_dim + 2 * kv_dim, bias=config.attention_bias)
         self.o = nn.Linear(q_dim, config.hidden_size, bias=False)
         self.split = (q_dim, kv_dim, kv_dim)
 
     def forward(
         self,
-        x: torch.Tensor,  # [B, T, hidden]
+        x: torch.Tensor,  # [B, T, input_size]
         cos: torch.Tensor,  # [B, 1, T, D]
         sin: torch.Tensor,  # [B, 1, T, D]
         cache,  # a cache with `write(layer, k, v)` (an EAGLE head's own, or its training cache)
@@ -306,9 +309,12 @@ class LlamaModel(nn.Module):
         logit_rows: torch.Tensor | None = None,  # [M] rows whose logits are wanted; None: all N
         exit_layer: int | None = None,
         return_hidden: bool = False,
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        aux_layers: tuple[int, ...] = (),
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor] | tuple[torch.Tensor, torch.Tensor, dict[int, torch.Tensor]]:
         """A pass over several sequences at once. logits, float32: [M, V] (M = N without logit_rows);
-        with return_hidden also the final-norm hidden states, [N, hidden]. Each segment's cache
+        with return_hidden also the final-norm hidden states, [N, hidden]; with aux_layers (layer
+        indices; implies return_hidden) also {layer: the residual stream entering that layer, [N, hidden]}
+        (what EAGLE-3 heads read; vLLM and SGLang capture the same states). Each segment's cache
         advances by its tokens."""
         if sum(seg.tokens for seg in segments) != input_ids.shape[0] or any(seg.tokens < 1 for seg in segments):
             raise ValueError(f"the segments' tokens {[seg.tokens for seg in segments]} do not cover the {input_ids.shape[0]} ids")
@@ -326,27 +332,40 @@ class LlamaModel(nn.Module):
         attending = [SegmentAttention.of(seg, start, kernels) for seg, start in zip(segments, starts)]
         x = self.embed(input_ids)  # [N, hidden]
         depth = len(self.layers) if exit_layer is None else min(exit_layer, len(self.layers))
+        if any(not 0 <= layer < depth for layer in aux_layers):
+            raise ValueError(f"aux_layers {aux_layers} must lie in 0..{depth - 1}")
+        aux: dict[int, torch.Tensor] = {}
+        bounds = sorted({0, depth, *aux_layers})  # run the layers in ranges, capturing the stream between them
         fused = self._fused_layer_weights() if kernels is not None else None
-        if fused is not None:  # all layers in one call, the same arithmetic as the loop below
-            c = self.config
-            x = kernels.decoder_layers(x, fused, depth, cos, sin, [a.cache.keys for a in attending],
-                                       [a.cache.values for a in attending], [a.past for a in attending],
-                                       [a.tokens for a in attending], [a.tree_mask for a in attending],
-                                       c.rms_norm_eps, c.num_heads, c.num_kv_heads)
-        else:
+        if fused is None:
             cos, sin = cos[:, None], sin[:, None]  # [N, 1, D]: one angle for every head
-            for i in range(depth):  # (slicing the ModuleList would build a new one per pass)
-                x = self.layers[i].forward_segments(x, cos, sin, attending, i, kernels)
+        for first, end in zip(bounds, bounds[1:]):
+            if first in aux_layers:
+                aux[first] = x
+            if fused is not None:  # the range's layers in one call, the same arithmetic as the loop below
+                c = self.config  # (a cache's layers [first:] are a contiguous view: the kernel's layer 0 is `first`)
+                x = kernels.decoder_layers(x, fused[first * LAYER_WEIGHTS:], end - first, cos, sin,
+                                           [a.cache.keys[first:] for a in attending],
+                                           [a.cache.values[first:] for a in attending], [a.past for a in attending],
+                                           [a.tokens for a in attending], [a.tree_mask for a in attending],
+                                           c.rms_norm_eps, c.num_heads, c.num_kv_heads)
+            else:
+                for i in range(first, end):  # (slicing the ModuleList would build a new one per pass)
+                    x = self.layers[i].forward_segments(x, cos, sin, attending, i, kernels)
         for seg in segments:
             seg.cache.advance(seg.tokens)
+        if aux_layers:
+            return_hidden = True
         if logit_rows is not None and not return_hidden:
             x = x[logit_rows]
         hidden = self.norm(x, kernels)  # [N, hidden] (or [M, hidden])
         logits = self.lm_head(hidden[logit_rows] if logit_rows is not None and return_hidden else hidden).float()
+        if aux_layers:
+            return logits, hidden, aux
         return (logits, hidden) if return_hidden else logits
 
     def _fused_layer_weights(self) -> list[torch.Tensor] | None:
-        """The layers' weights as `decoder_layers` takes them (7 per layer), when every linear is
+        """The layers' weights as `decoder_layers` takes them (LAYER_WEIGHTS per layer), when every linear is
         quantized (the default on a GGUF); else None, and the layers run one by one."""
         if self._fused_weights is None:
             weights: list[torch.Tensor] = []

@@ -1,53 +1,96 @@
-"""`specdec train eagle|medusa|draft`: self-distillation data from the target, then a drafter trained on it.
+"""`specdec train data|eagle3|eagle|medusa|draft`: self-distillation data from the target, then a
+drafter trained on it.
 
+    specdec train data --model smollm2-135m --data distill-data --prompts 10500      (the data only)
+    specdec train eagle3 --model smollm2-135m --data distill-data --out my-eagle3
+    specdec generate "..." --drafter eagle3:my-eagle3
     specdec train eagle --model smollm2-135m --data distill-data --out my-eagle
     specdec generate "..." --drafter eagle:my-eagle       (or eagle-tree:my-eagle)
     specdec train medusa --model smollm2-135m --data distill-data --out my-medusa
-    specdec generate "..." --drafter medusa:my-medusa
     specdec train draft --model smollm2-135m --data distill-data --out my-draft --layers 4
-    specdec generate "..." --drafter draft:my-draft
 
 Both steps resume: the data is written in shards (a stopped run continues after the last complete
 one), training keeps a checkpoint (model and optimiser, safetensors) every few steps and at the end
 of each epoch, outside the output folder (`--checkpoint-dir`, default: a folder of the specdec cache
-named after --out; printed when training starts) and deleted once the result is written. The
-instructions come from a template generator (`instructions.py`), never from a benchmark set.
+named after --out; printed when training starts) and deleted once the result is written. For a
+run in the background, `--progress-file` keeps one JSON line with where it is (phase, done, total,
+rates, time left). The instructions come from a template generator (`instructions.py`), never from
+a benchmark set.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import time
 from pathlib import Path
 
 from specdec.errors import SpecdecError
 
-KINDS = ("eagle", "medusa", "draft")
-DEFAULT_LR = {"eagle": 1e-3, "medusa": 1e-3, "draft": 2e-4}
+KINDS = ("data", "eagle3", "eagle", "medusa", "draft")
+DEFAULT_LR = {"eagle3": 1e-3, "eagle": 1e-3, "medusa": 1e-3, "draft": 2e-4}
+DEFAULT_TEMPERATURES = "0,0.7,0,1"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("kind", choices=KINDS, help="what to train")
+    p.add_argument("kind", choices=KINDS, help="what to make: the data only, or a drafter (after making or resuming the data)")
     p.add_argument("--model", "--target", dest="model", default="smollm2-135m",
                    help="the target: built-in name, Hugging Face folder or .gguf file")
     p.add_argument("--data", required=True, type=Path, help="folder for the self-distillation data (made or resumed)")
-    p.add_argument("--out", required=True, type=Path,
-                   help="folder for the head (head.safetensors, head.json) or the draft model")
+    p.add_argument("--out", type=Path, help="folder for the head (head.safetensors, head.json) or the draft model")
     p.add_argument("--checkpoint-dir", type=Path,
                    help="folder for the training checkpoints, deleted once the result is written; run the same "
                         "command again to resume a stopped training (default: a folder under the specdec cache "
                         "named after --out)")
+    p.add_argument("--progress-file", type=Path,
+                   help="keep one JSON line here with the run's progress (for a run in the background)")
     p.add_argument("--prompts", type=int, default=2048, help="instructions to answer for the data (default 2048)")
     p.add_argument("--max-new-tokens", type=int, default=192, help="longest answer in the data (default 192)")
-    p.add_argument("--batch-size", type=int, default=32, help="answers generated together (default 32)")
+    p.add_argument("--batch-size", type=int, default=16, help="answers generated together (default 16)")
+    p.add_argument("--temperatures", default=DEFAULT_TEMPERATURES,
+                   help="answer temperatures, used in turn (0 = greedy; default %(default)s: half greedy, half sampled)")
+    p.add_argument("--aux-layers", default="auto",
+                   help="layers whose input the data keeps for EAGLE-3 (comma-separated; default auto: 2, L/2, L-3 "
+                        "as vLLM and SGLang capture; 'none' keeps only the final features)")
     p.add_argument("--draft-vocab", type=int, default=8192, help="tokens the head may propose: the most frequent (default 8192)")
-    p.add_argument("--depth", type=int, default=3, help="eagle: draft steps unrolled in training (default 3)")
+    p.add_argument("--depth", type=int, default=3, help="eagle, eagle3: draft steps unrolled in training (default 3)")
     p.add_argument("--heads", type=int, default=4, help="medusa: number of heads, i.e. tokens guessed ahead (default 4)")
     p.add_argument("--layers", type=int, help="draft: the target's first layers the draft starts from "
                    "(default: a quarter of them, as early:L)")
     p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--lr", type=float, help="peak learning rate (default: 1e-3 for heads, 2e-4 for a draft model)")
-    p.add_argument("--seed", type=int, default=0, help="seeds the instructions, the split and the training")
+    p.add_argument("--seed", type=int, default=0, help="seeds the instructions, the answers, the split and the training")
     p.add_argument("--device", default="cpu")
+
+
+def parse_temperatures(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise SpecdecError(f"--temperatures takes comma-separated numbers such as {DEFAULT_TEMPERATURES}, got {text!r}") from None
+    if not values or any(not 0 <= v <= 2 for v in values):
+        raise SpecdecError(f"--temperatures must lie in [0, 2] (0 = greedy), got {text!r}")
+    return values
+
+
+def aux_layers_for(text: str, num_layers: int) -> tuple[int, ...]:
+    """--aux-layers for a target of `num_layers` layers."""
+    if text == "none":
+        return ()
+    if text == "auto":
+        return default_aux_layers(num_layers)
+    try:
+        layers = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise SpecdecError(f"--aux-layers takes comma-separated layer numbers, 'auto' or 'none', got {text!r}") from None
+    if any(not 0 <= x < num_layers for x in layers) or len(set(layers)) != len(layers):
+        raise SpecdecError(f"--aux-layers must be distinct layers in 0..{num_layers - 1}, got {text!r}")
+    return layers
+
+
+def default_aux_layers(num_layers: int) -> tuple[int, ...]:
+    """The inputs of layers 2, L/2 and L − 3: what vLLM and SGLang capture for EAGLE-3 by default."""
+    return tuple(sorted({min(2, num_layers - 1), num_layers // 2, max(0, num_layers - 3)}))
 
 
 def check(args) -> None:
@@ -58,6 +101,26 @@ def check(args) -> None:
         raise SpecdecError(f"--layers must be at least 1, got {args.layers}")
     if args.lr is not None and not args.lr > 0:
         raise SpecdecError(f"--lr must be positive, got {args.lr}")
+    if args.kind != "data" and args.out is None:
+        raise SpecdecError(f"`specdec train {args.kind}` needs --out: the folder for what it trains")
+    parse_temperatures(args.temperatures)
+
+
+class ProgressFile:
+    """One JSON line, rewritten (atomically, at most once a second) with where a long run is."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.last = 0.0
+
+    def write(self, force: bool = False, **fields) -> None:
+        if self.path is None or (not force and time.monotonic() - self.last < 1.0):
+            return
+        self.last = time.monotonic()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps({"updated": time.strftime("%Y-%m-%dT%H:%M:%S"), **fields}) + "\n")
+        tmp.replace(self.path)
 
 
 def run(args, console) -> int:
@@ -65,39 +128,69 @@ def run(args, console) -> int:
 
     from specdec.runtime import load_model
     from specdec.train.distill import distill
-    from specdec.train.draft import train_draft
-    from specdec.train.eagle import train_eagle
     from specdec.train.instructions import instructions
     from specdec.train.loop import default_checkpoint_dir
-    from specdec.train.medusa import train_medusa
 
     check(args)
     with console.status(f"loading {args.model}"):
         target = load_model(args.model, device=args.device)
+    aux_layers = aux_layers_for(args.aux_layers, target.net.config.num_layers)
+    status = ProgressFile(args.progress_file)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}"),
                TimeElapsedColumn(), TimeRemainingColumn())
     with Progress(*columns, console=console) as progress:
         task = progress.add_task("answers", total=args.prompts, note="")
+
+        def on_answer(done: int, total: int, tokens: int, seconds: float) -> None:
+            rate = tokens / seconds if seconds else 0.0
+            progress.update(task, completed=done, note=f"{rate:.0f} answer tok/s")
+            status.write(force=done == total, phase="data", done=done, total=total, answer_tokens_this_run=tokens,
+                         answer_tokens_per_second=round(rate, 1), seconds=round(seconds))
+
         meta = distill(target, instructions(args.prompts, seed=args.seed), args.data, max_new_tokens=args.max_new_tokens,
-                       batch_size=args.batch_size, progress=lambda done, total: progress.update(task, completed=done))
-    console.print(f"data: {meta['sequences']} sequences, {meta['answer_tokens']} answer tokens in {args.data}")
+                       batch_size=args.batch_size, temperatures=parse_temperatures(args.temperatures), seed=args.seed,
+                       aux_layers=aux_layers, prompt_source=f"instructions(seed={args.seed})", progress=on_answer)
+    rate = meta["answer_tokens_per_second"]
+    console.print(f"data: {meta['sequences']} sequences, {meta['answer_tokens']} answer tokens in {args.data}"
+                  + (f" ({meta['answer_tokens_this_run']} made now at {rate} answer tokens/s)" if rate else ""))
+    if args.kind == "data":
+        return 0
     checkpoints = args.checkpoint_dir or default_checkpoint_dir(args.out)
     console.print(f"checkpoints: {checkpoints} (deleted once the result is written; if stopped, run the same command "
                   "to resume)", highlight=False, soft_wrap=True)  # soft_wrap: the path on one line, to copy
     with Progress(*columns, console=console) as progress:
         task = progress.add_task("training", total=None, note="")
+        started = time.monotonic()
 
         def on_step(step: int, total: int, loss: float) -> None:
             progress.update(task, completed=step, total=total, note=f"loss {loss:.3f}")
+            elapsed = time.monotonic() - started
+            status.write(force=step == total, phase="training", done=step, total=total, loss=round(loss, 4),
+                         seconds=round(elapsed))
 
-        common = dict(epochs=args.epochs, lr=args.lr or DEFAULT_LR[args.kind], seed=args.seed,
-                      checkpoint_dir=checkpoints, progress=on_step, log=console.print)
-        if args.kind == "draft":
-            info = train_draft(target, args.data, args.out, layers=args.layers, **common)
-        elif args.kind == "eagle":
-            info = train_eagle(target, args.data, args.out, depth=args.depth, draft_vocab=args.draft_vocab, **common)
-        else:
-            info = train_medusa(target, args.data, args.out, num_heads=args.heads, draft_vocab=args.draft_vocab, **common)
+        info = train(args, target, checkpoints, on_step, console)
+    report(args, info, console)
+    return 0
+
+
+def train(args, target, checkpoints: Path, on_step, console) -> dict:
+    from specdec.train.draft import train_draft
+    from specdec.train.eagle import train_eagle
+    from specdec.train.eagle3 import train_eagle3
+    from specdec.train.medusa import train_medusa
+
+    common = dict(epochs=args.epochs, lr=args.lr or DEFAULT_LR[args.kind], seed=args.seed,
+                  checkpoint_dir=checkpoints, progress=on_step, log=console.print)
+    if args.kind == "draft":
+        return train_draft(target, args.data, args.out, layers=args.layers, **common)
+    if args.kind == "eagle3":
+        return train_eagle3(target, args.data, args.out, depth=args.depth, draft_vocab=args.draft_vocab, **common)
+    if args.kind == "eagle":
+        return train_eagle(target, args.data, args.out, depth=args.depth, draft_vocab=args.draft_vocab, **common)
+    return train_medusa(target, args.data, args.out, num_heads=args.heads, draft_vocab=args.draft_vocab, **common)
+
+
+def report(args, info: dict, console) -> None:
     last = info["history"][-1]
     if args.kind == "draft":
         before = info["before"]
@@ -108,6 +201,6 @@ def run(args, console) -> int:
         console.print(f"{args.kind} head written to {args.out}: validation α per depth {last['alpha_per_depth']}, "
                       f"chain MAT {last['chain_mat']}; draft vocabulary covers {info['draft_vocab_coverage']:.1%} of "
                       "answer tokens")
-    drafter = {"eagle": f"eagle-tree:{args.out}", "medusa": f"medusa:{args.out}", "draft": f"draft:{args.out}"}[args.kind]
+    drafter = {"eagle3": f"eagle3:{args.out}", "eagle": f"eagle-tree:{args.out}", "medusa": f"medusa:{args.out}",
+               "draft": f"draft:{args.out}"}[args.kind]
     console.print(f"use it with: specdec generate \"...\" --model {args.model} --drafter {drafter}")
-    return 0

@@ -1,21 +1,27 @@
-"""Self-distillation data: the target's own answers to generated instructions, with its features.
+"""Self-distillation data: the target's own answers to instructions, with its features.
 
 For every token of every sequence (the chat-formatted prompt, then the answer) the dataset keeps the
-token id and the target's final hidden state at that token (the input of its LM head: the "feature"
-EAGLE and Medusa heads read). Answers are greedy by default: a drafter for greedy decoding should
-learn exactly what the target picks.
+token id, the target's final hidden state at that token (the input of its LM head: the "feature"
+EAGLE and Medusa heads read) and, with `aux_layers`, the residual stream entering those layers (what
+EAGLE-3 heads read: low, middle and high layers). Each prompt has its temperature (0 = greedy: a
+drafter for greedy decoding should learn exactly what the target picks; sampled answers teach the
+spread of its distribution) and its own random stream, seeded by its index, so an answer does not
+depend on what else was decoded beside it.
 
-Generation is batched: the prompts of a batch share every pass (`forward_segments`: one segment
-and one cache per sequence, no padding), and a sequence leaves the pass when it ends; each row
-computes what a batch of one would (tested). Data is written in shards as they fill
-(`shard-NNNNN.safetensors`: tokens int32 [N], features float16 [N, hidden], offsets int64 [S + 1],
-answer_starts int64 [S]); a run that is stopped resumes after the last complete shard.
+Generation keeps `batch_size` rows in every pass (`forward_segments`: one segment and one cache per
+sequence, no padding): a row that ends leaves, the next prompt joins in the same pass as the rows
+still decoding. Each row computes what it would alone (tested). Data is written in shards of
+consecutive prompts as they complete (`shard-NNNNN.safetensors`: tokens int32 [N], features float16
+[N, hidden], aux_features float16 [N, layers × hidden] when made, offsets int64 [S + 1],
+answer_starts int64 [S], temperatures float32 [S]); a run that is stopped resumes after the last
+complete shard and gives the same data as one that was not.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,46 +32,102 @@ from specdec.errors import SpecdecError
 from specdec.sampling import SamplingParams, logits_to_probs, sample
 
 META = "meta.json"
+FLOAT16_MAX = 65504.0
 
 
 @dataclass
 class Sequence:
     tokens: list[int]  # prompt then answer
-    features: torch.Tensor  # [len(tokens), hidden] float16
+    features: torch.Tensor  # [len(tokens), hidden] float16: final-norm hidden states
     answer_start: int
+    aux_features: torch.Tensor | None = None  # [len(tokens), layers × hidden] float16, or None
+    temperature: float = 0.0
+
+
+@dataclass
+class _Row:
+    """One prompt being answered."""
+
+    index: int
+    prompt: list[int]
+    cache: object
+    params: SamplingParams
+    generator: torch.Generator | None
+    tokens: list[int]
+    features: list[torch.Tensor]  # [n, hidden] blocks
+    aux: list[torch.Tensor]  # [n, layers × hidden] blocks
+    ended: bool = False
+
+
+def prompt_generator(seed: int, index: int, device) -> torch.Generator:
+    """Prompt `index`'s own random stream: its answer is the same whatever was decoded beside it."""
+    generator = torch.Generator(device=device)
+    generator.manual_seed(seed * 1_000_003 + index)
+    return generator
 
 
 @torch.inference_mode()
-def generate_batch(net, prompts: list[list[int]], max_new_tokens: int, eos_ids: set[int],
-                   params: SamplingParams = SamplingParams(), generator: torch.Generator | None = None) -> list[Sequence]:
-    """Decode a batch of prompts together, recording every token's feature."""
+def generate(net, prompts: dict[int, list[int]], max_new_tokens: int, eos_ids: set[int], *, batch_size: int = 32,
+             temperatures: dict[int, float] | None = None, seed: int = 0, aux_layers: tuple[int, ...] = (),
+             on_done: Callable[[int, Sequence], None] | None = None) -> dict[int, Sequence]:
+    """Answer `prompts` ({index: token ids}, decoded in index order), `batch_size` rows per pass, rows
+    leaving and joining between passes; every token's features recorded. `on_done(index, sequence)`
+    is called as each answer ends. Returns {index: Sequence}."""
     from specdec.runtime.llama import Segment
 
     device = net.device
-    caches = [net.new_cache(len(p) + max_new_tokens + 1) for p in prompts]
-    lengths = torch.tensor([len(p) for p in prompts], device=device)
-    ids = torch.tensor([t for p in prompts for t in p], device=device)  # [N]: the prompts one after another
-    logits, hidden = net.forward_segments(ids, [Segment(c, len(p)) for c, p in zip(caches, prompts)],
-                                          logit_rows=lengths.cumsum(0) - 1, return_hidden=True)  # [B, V], [N, hidden]
-    tokens = [list(p) for p in prompts]
-    features = [[block.half()] for block in hidden.split(lengths.tolist())]  # per row, [n, hidden] blocks
-    active = list(range(len(prompts)))  # rows still generating, in the order of `logits`' rows
-    for step in range(max_new_tokens):
-        next_ids = logits.argmax(-1) if params.greedy else sample(logits_to_probs(logits, params), generator)  # [A]
-        for b, token in zip(active, next_ids.tolist()):
-            tokens[b].append(token)
-        # every row is fed its new token (also one that ends it): the pass gives the features of the
-        # tokens just appended; rows that ended leave after it
-        logits, hidden = net.forward_segments(next_ids, [Segment(caches[b], 1) for b in active],
-                                              return_hidden=True)  # [A, V], [A, hidden]
-        for i, b in enumerate(active):
-            features[b].append(hidden[i:i + 1].half())
-        still = [i for i, b in enumerate(active) if tokens[b][-1] not in eos_ids and step + 1 < max_new_tokens]
-        active = [active[i] for i in still]
-        logits = logits[still]
-        if not active:
-            break
-    return [Sequence(tokens[b], torch.cat(features[b]), len(prompts[b])) for b in range(len(prompts))]
+    waiting = sorted(prompts)
+    waiting.reverse()  # pop() takes the lowest index
+    rows: list[_Row] = []
+    out: dict[int, Sequence] = {}
+    while waiting or rows:
+        while waiting and len(rows) < batch_size:
+            i = waiting.pop()
+            temperature = (temperatures or {}).get(i, 0.0)
+            params = SamplingParams(temperature=temperature)
+            rows.append(_Row(i, prompts[i], net.new_cache(len(prompts[i]) + max_new_tokens + 1), params,
+                             None if params.greedy else prompt_generator(seed, i, device), list(prompts[i]), [], []))
+        # a joining row is fed its prompt, a decoding row its last token (also one that ends it: the
+        # pass gives that token's features; the row leaves after it)
+        fed = [row.prompt if not row.features else row.tokens[-1:] for row in rows]
+        ids = torch.tensor([t for f in fed for t in f], device=device)  # [N]
+        ends = torch.tensor([len(f) for f in fed]).cumsum(0)
+        out_pass = net.forward_segments(ids, [Segment(row.cache, len(f)) for row, f in zip(rows, fed)],
+                                        logit_rows=(ends - 1).to(device), return_hidden=True, aux_layers=aux_layers)
+        logits, hidden = out_pass[0], out_pass[1]  # [R, V], [N, hidden]
+        aux = torch.cat([out_pass[2][layer] for layer in aux_layers], dim=-1) if aux_layers else None  # [N, l × hidden]
+        start = 0
+        still = []
+        for r, (row, f) in enumerate(zip(rows, fed)):
+            rows_of = slice(start, start + len(f))
+            start += len(f)
+            row.features.append(_half(hidden[rows_of]))
+            if aux is not None:
+                row.aux.append(_half(aux[rows_of]))
+            if row.ended:
+                seq = Sequence(row.tokens, torch.cat(row.features), len(row.prompt),
+                               torch.cat(row.aux) if row.aux else None, row.params.temperature)
+                out[row.index] = seq
+                if on_done:
+                    on_done(row.index, seq)
+                continue
+            if row.params.greedy:
+                token = int(logits[r].argmax())
+            else:
+                token = int(sample(logits_to_probs(logits[r:r + 1], row.params), row.generator)[0])
+            row.tokens.append(token)
+            row.ended = token in eos_ids or len(row.tokens) - len(row.prompt) >= max_new_tokens
+            still.append(row)
+        rows = still
+    return out
+
+
+def _half(x: torch.Tensor) -> torch.Tensor:
+    """float16 for storage; a value it cannot hold is an error, never an inf in the data."""
+    if x.abs().max() > FLOAT16_MAX:
+        raise SpecdecError(f"a hidden state reaches {float(x.abs().max()):.0f}, beyond float16's range: "
+                           "this model's features cannot be stored in float16")
+    return x.half()
 
 
 def save_shard(path: Path, sequences: list[Sequence]) -> None:
@@ -75,34 +137,54 @@ def save_shard(path: Path, sequences: list[Sequence]) -> None:
         "features": torch.cat([s.features for s in sequences]).contiguous(),
         "offsets": torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)]),
         "answer_starts": torch.tensor([s.answer_start for s in sequences], dtype=torch.long),
+        "temperatures": torch.tensor([s.temperature for s in sequences], dtype=torch.float32),
     }
+    if sequences[0].aux_features is not None:
+        tensors["aux_features"] = torch.cat([s.aux_features for s in sequences]).contiguous()
     tmp = path.with_suffix(".tmp")
     save_file(tensors, str(tmp))
     tmp.replace(path)
 
 
+def shard_paths(folder: Path) -> list[Path]:
+    return sorted(Path(folder).glob("shard-*.safetensors"))
+
+
 def load_sequences(folder: Path) -> list[Sequence]:
-    """Every sequence of a dataset folder, in order."""
+    """Every sequence of a dataset folder, in order (features are views into each shard's tensors)."""
     out = []
-    for path in sorted(Path(folder).glob("shard-*.safetensors")):
+    for path in shard_paths(folder):
         data = load_file(str(path))
         offsets = data["offsets"].tolist()
+        aux = data.get("aux_features")
+        temperatures = data["temperatures"].tolist() if "temperatures" in data else [0.0] * (len(offsets) - 1)
         for i, start in enumerate(data["answer_starts"].tolist()):
             a, b = offsets[i], offsets[i + 1]
-            out.append(Sequence(data["tokens"][a:b].tolist(), data["features"][a:b], start))
+            out.append(Sequence(data["tokens"][a:b].tolist(), data["features"][a:b], start,
+                                None if aux is None else aux[a:b], temperatures[i]))
     return out
 
 
-def distill(target, prompts: list[str], out_dir: Path, *, max_new_tokens: int = 192, batch_size: int = 16,
-            shard_size: int = 128, params: SamplingParams = SamplingParams(), progress=None) -> dict:
+def encode_prompts(tokenizer, prompts: list[str]) -> list[list[int]]:
+    """Each instruction as the target's chat template formats a user turn (plain text without one)."""
+    return [tokenizer.apply_chat_template([{"role": "user", "content": p}]) if tokenizer.chat_template
+            else tokenizer.encode(p) for p in prompts]
+
+
+def distill(target, prompts: list[str], out_dir: Path, *, max_new_tokens: int = 192, batch_size: int = 32,
+            shard_size: int = 128, temperatures: tuple[float, ...] = (0.0,), seed: int = 0,
+            aux_layers: tuple[int, ...] = (), prompt_source: str = "", progress=None) -> dict:
     """Write the target's answers to `prompts` (with features) under `out_dir`; resume what exists.
 
-    `progress(done, total)` is called after each batch. Returns the dataset's meta data."""
+    Prompt i is answered at temperatures[i % len(temperatures)]. `progress(done, total, answer_tokens,
+    seconds)` is called as answers end (answer tokens and seconds of this run). Returns the dataset's
+    meta data (with the throughput of this run)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     meta_path = out_dir / META
-    meta = {"target": target.name, "prompts": len(prompts), "max_new_tokens": max_new_tokens,
-            "temperature": params.temperature, "hidden_size": target.net.config.hidden_size,
+    meta = {"target": target.name, "prompts": len(prompts), "prompt_source": prompt_source,
+            "max_new_tokens": max_new_tokens, "temperatures": list(temperatures), "seed": seed,
+            "aux_layers": list(aux_layers), "hidden_size": target.net.config.hidden_size,
             "vocab_size": target.vocab_size, "shard_size": shard_size}
     if meta_path.is_file():
         old = json.loads(meta_path.read_text())
@@ -110,30 +192,39 @@ def distill(target, prompts: list[str], out_dir: Path, *, max_new_tokens: int = 
         if differs:
             raise SpecdecError(f"{out_dir} holds data made with other settings {differs}; use another --data folder")
     meta_path.write_text(json.dumps(meta, indent=1))
-    tokenizer = target.tokenizer
-    encoded = [tokenizer.apply_chat_template([{"role": "user", "content": p}]) if tokenizer.chat_template
-               else tokenizer.encode(p) for p in prompts]
-    done = len(list(out_dir.glob("shard-*.safetensors"))) * shard_size
-    generator = params.generator(target.net.device)
-    eos = set(target.eos_token_ids)
+    encoded = encode_prompts(target.tokenizer, prompts)
+    shards_done = len(shard_paths(out_dir))
+    first = shards_done * shard_size
+    todo = {i: encoded[i] for i in range(first, len(encoded))}
     started = time.perf_counter()
+    finished: dict[int, Sequence] = {}
+    counts = {"answers": 0, "answer_tokens": 0, "next_shard": shards_done}
+
+    def on_done(index: int, seq: Sequence) -> None:
+        finished[index] = seq
+        counts["answers"] += 1
+        counts["answer_tokens"] += len(seq.tokens) - seq.answer_start
+        while True:  # write every shard whose prompts have all ended, in order
+            k = counts["next_shard"]
+            members = range(k * shard_size, min((k + 1) * shard_size, len(encoded)))
+            if not members or any(i not in finished for i in members):
+                break
+            save_shard(out_dir / f"shard-{k:05d}.safetensors", [finished.pop(i) for i in members])
+            counts["next_shard"] = k + 1
+        if progress:
+            progress(first + counts["answers"], len(encoded), counts["answer_tokens"], time.perf_counter() - started)
+
     if progress:
-        progress(min(done, len(encoded)), len(encoded))
-    for shard_start in range(done, len(encoded), shard_size):
-        chunk = list(range(shard_start, min(shard_start + shard_size, len(encoded))))
-        results: dict[int, Sequence] = {}
-        for b in range(0, len(chunk), batch_size):
-            rows = chunk[b:b + batch_size]
-            for i, seq in zip(rows, generate_batch(target.net, [encoded[i] for i in rows], max_new_tokens, eos,
-                                                    params, generator)):
-                results[i] = seq
-            if progress:
-                progress(shard_start + len(results), len(encoded))
-        save_shard(out_dir / f"shard-{shard_start // shard_size:05d}.safetensors", [results[i] for i in chunk])
+        progress(min(first, len(encoded)), len(encoded), 0, 0.0)
+    generate(target.net, todo, max_new_tokens, set(target.eos_token_ids), batch_size=batch_size,
+             temperatures={i: temperatures[i % len(temperatures)] for i in todo}, seed=seed, aux_layers=aux_layers,
+             on_done=on_done)
+    seconds = time.perf_counter() - started
     sequences = load_sequences(out_dir)
     meta.update(sequences=len(sequences), tokens=sum(len(s.tokens) for s in sequences),
                 answer_tokens=sum(len(s.tokens) - s.answer_start for s in sequences),
-                generated_this_run=max(0, len(encoded) - done),
-                seconds_this_run=round(time.perf_counter() - started, 1))
+                generated_this_run=len(todo), answer_tokens_this_run=counts["answer_tokens"],
+                seconds_this_run=round(seconds, 1),
+                answer_tokens_per_second=round(counts["answer_tokens"] / seconds, 1) if todo and seconds else None)
     meta_path.write_text(json.dumps(meta, indent=1))
     return meta

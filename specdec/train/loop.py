@@ -34,6 +34,7 @@ class Batch:
     features: torch.Tensor  # [B, T, hidden] float32, the target's f_t
     valid: torch.Tensor  # [B, T] bool: a real token
     answer: torch.Tensor  # [B, T] bool: a token of the answer (the target's own output)
+    aux: torch.Tensor | None = None  # [B, T, layers × hidden] float32: the inputs of the aux layers (EAGLE-3)
 
 
 @dataclass
@@ -92,8 +93,14 @@ def split(sequences: list[Sequence], validation_share: float, seed: int) -> tupl
 
 
 def batches(sequences: list[Sequence], batch_tokens: int, max_len: int, seed: int | None) -> list[Batch]:
-    """Sequences (cut to max_len) grouped into batches of about `batch_tokens` tokens; shuffled when
-    seeded, sequences of similar length together (less padding)."""
+    """`batch_groups`, collated (all at once: for small sets, e.g. validation)."""
+    return [collate([sequences[i] for i in group], max_len)
+            for group in batch_groups(sequences, batch_tokens, max_len, seed)]
+
+
+def batch_groups(sequences: list[Sequence], batch_tokens: int, max_len: int, seed: int | None) -> list[list[int]]:
+    """Sequences (cut to max_len) grouped into batches of about `batch_tokens` tokens (indices);
+    shuffled when seeded, sequences of similar length together (less padding)."""
     order = sorted(range(len(sequences)), key=lambda i: len(sequences[i].tokens))
     groups, current, longest = [], [], 0
     for i in order:
@@ -107,7 +114,7 @@ def batches(sequences: list[Sequence], batch_tokens: int, max_len: int, seed: in
         groups.append(current)
     if seed is not None:
         random.Random(seed).shuffle(groups)
-    return [collate([sequences[i] for i in group], max_len) for group in groups]
+    return groups
 
 
 def collate(sequences: list[Sequence], max_len: int) -> Batch:
@@ -117,13 +124,17 @@ def collate(sequences: list[Sequence], max_len: int) -> Batch:
     features = torch.zeros(len(sequences), length, hidden)
     valid = torch.zeros(len(sequences), length, dtype=torch.bool)
     answer = torch.zeros(len(sequences), length, dtype=torch.bool)
+    with_aux = all(s.aux_features is not None for s in sequences)
+    aux = torch.zeros(len(sequences), length, sequences[0].aux_features.shape[1]) if with_aux else None
     for b, s in enumerate(sequences):
         n = min(len(s.tokens), length)
         tokens[b, :n] = torch.tensor(s.tokens[:n])
         features[b, :n] = s.features[:n].float()
+        if aux is not None:
+            aux[b, :n] = s.aux_features[:n].float()
         valid[b, :n] = True
         answer[b, s.answer_start:n] = True
-    return Batch(tokens, features, valid, answer)
+    return Batch(tokens, features, valid, answer, aux)
 
 
 def learning_rate(step: int, total: int, peak: float, warmup: int) -> float:
@@ -180,16 +191,26 @@ def remove_checkpoint(folder: Path) -> None:
         folder.rmdir()
 
 
+def native_bfloat16(device: torch.device | str = "cpu") -> bool:
+    """Whether bfloat16 matrix products run natively here: a CUDA device, or a CPU with AVX-512 BF16
+    (or AMX). Elsewhere (AVX2) they are emulated and slower than float32."""
+    if torch.device(device).type == "cuda":
+        return True
+    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+
+
 def fit(model: torch.nn.Module, objective: Callable, validate: Callable, train_seqs: list[Sequence],
         val_seqs: list[Sequence], checkpoint_dir: Path, *, epochs: int, lr: float, batch_tokens: int, max_len: int,
-        seed: int, checkpoint_every: int, progress=None, log=print) -> dict:
+        seed: int, checkpoint_every: int, progress=None, log=print, mixed_precision: bool = False) -> dict:
     """AdamW with warm-up and cosine decay over `epochs` of `train_seqs`; `objective(batch, train=True)`
-    returns (loss, ...); `validate(batches)` a dict, logged after each epoch. Checkpoints to, and
-    resumes from, `checkpoint_dir` (left there: the caller removes it once the result is written).
-    Returns {"history": [...], "seconds_this_run": ...}."""
+    returns (loss, ...); `validate(batches)` a dict, logged after each epoch (in float32). With
+    `mixed_precision` the training steps' products run in bfloat16 (autocast; weights, optimiser and
+    losses stay float32). Checkpoints to, and resumes from, `checkpoint_dir` (left there: the caller
+    removes it once the result is written). Returns {"history": [...], "seconds_this_run": ...}."""
+    device = next(model.parameters()).device
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
     val_batches = batches(val_seqs, batch_tokens, max_len, seed=None)
-    steps_per_epoch = len(batches(train_seqs, batch_tokens, max_len, seed=None))
+    steps_per_epoch = len(batch_groups(train_seqs, batch_tokens, max_len, seed=None))
     total = steps_per_epoch * epochs
     state = load_checkpoint(checkpoint_dir, model, optimizer) or {"step": 0, "history": []}
     if state["step"]:
@@ -197,11 +218,12 @@ def fit(model: torch.nn.Module, objective: Callable, validate: Callable, train_s
     started = time.perf_counter()
     step = state["step"]
     for epoch in range(step // steps_per_epoch, epochs):
-        epoch_batches = batches(train_seqs, batch_tokens, max_len, seed=seed + epoch)
-        for index in range(step - epoch * steps_per_epoch, len(epoch_batches)):
+        epoch_groups = batch_groups(train_seqs, batch_tokens, max_len, seed=seed + epoch)  # collated step by step
+        for index in range(step - epoch * steps_per_epoch, len(epoch_groups)):
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(step, total, lr, warmup=max(1, total // 50))
-            loss = objective(epoch_batches[index], train=True)[0]
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=mixed_precision):
+                loss = objective(collate([train_seqs[i] for i in epoch_groups[index]], max_len), train=True)[0]
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
