@@ -90,6 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = sub.add_parser("train", help="train a drafter on the target's own answers: EAGLE or Medusa heads, or a small draft model")
     add_train_arguments(train)
+
+    from specdec.export.command import add_arguments as add_export_arguments
+
+    export = sub.add_parser("export", help="write a trained EAGLE-3 or Medusa head for vLLM, SGLang or llama.cpp, with a launch file")
+    add_export_arguments(export)
     return parser
 
 
@@ -347,7 +352,13 @@ def cmd_train(args, console) -> int:
     return run(args, console)
 
 
-COMMANDS = {"train": cmd_train, "generate": cmd_generate, "chat": cmd_chat, "plan": cmd_plan, "costs": cmd_costs, "bench": cmd_bench,
+def cmd_export(args, console) -> int:
+    from specdec.export.command import run
+
+    return run(args, console)
+
+
+COMMANDS = {"train": cmd_train, "export": cmd_export, "generate": cmd_generate, "chat": cmd_chat, "plan": cmd_plan, "costs": cmd_costs, "bench": cmd_bench,
             "serve": cmd_serve, "load-test": cmd_load_test, "explain": cmd_explain}
 
 

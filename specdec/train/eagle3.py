@@ -19,7 +19,6 @@ import json
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from specdec.errors import SpecdecError
 from specdec.heads.eagle3 import Eagle3Config, Eagle3Head
