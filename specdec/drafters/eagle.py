@@ -94,7 +94,7 @@ class EagleDrafter(Drafter):
         next positions (a chain) or at `positions` seeing the committed pairs and per `tree_mask`
         [n, slots drafted so far + n] the drafted ones. `features` are the target's ([n, feature_size])
         or the head's own predictions ([n, hidden]). Returns the predicted features [n, hidden]
-        and the draft logits over the full vocabulary [n, V] (-inf outside the draft vocabulary)."""
+        and the draft logits over the draft vocabulary [n, Vd] (`vocab_ids` maps them to target ids)."""
         device = self.net.device
         past, n = self.cache.length, len(ids)
         self.cache.reserve(n)
@@ -110,7 +110,7 @@ class EagleDrafter(Drafter):
         embeds = self.net.embed(torch.tensor([ids], device=device))  # [1, n, hidden]
         predicted = self.head(features[None], embeds, position_ids, self.cache, mask, causal)[0]  # [n, hidden]
         self.cache.advance(n)
-        return predicted, full_vocabulary_logits(self.draft_logits(predicted), self.vocab_ids, self.net.vocab_size)
+        return predicted, self.draft_logits(predicted)
 
     def verified_tokens(self, gamma: int) -> int:
         """Draft tokens a proposal of depth γ puts in the verification pass (the policy prices it)."""
@@ -143,7 +143,7 @@ class EagleDrafter(Drafter):
                 features = state["feature"][None]  # [1, hidden]
             predicted, logits = self._feed(features, ids)
             state["feature"] = predicted[-1]
-            return logits[-1]
+            return full_vocabulary_logits(logits[-1:], self.vocab_ids, self.net.vocab_size)[0]  # [V]
 
         try:
             return draft_chain(next_logits, tokens[start + 1:], max_tokens, params, generator)
@@ -161,7 +161,7 @@ class EagleDrafter(Drafter):
             depths: list[int] = []  # 1 for the root's children
             slot: dict[int, int] = {}  # fed node → its slot among this round's drafted pairs
             outputs = [predicted[-1]]  # predicted features: [0] the root's, then one per fed node, by slot + 1
-            level = self._add(node_tokens, node_parents, scores, depths, -1, self._log_q(logits[-1], params).topk(width))
+            level = self._add(node_tokens, node_parents, scores, depths, -1, self._top(logits[-1], params, width))
             for _ in range(depth - 1):
                 expand = sorted(level, key=lambda i: -scores[i])[: self.top_k]
                 parents_fed = [0 if node_parents[i] < 0 else slot[node_parents[i]] + 1 for i in expand]
@@ -175,7 +175,7 @@ class EagleDrafter(Drafter):
                 level = []
                 for row, i in enumerate(expand):
                     level += self._add(node_tokens, node_parents, scores, depths, i,
-                                       self._log_q(logits[row], params).topk(width))
+                                       self._top(logits[row], params, width))
             keep = sorted(sorted(range(len(node_tokens)), key=lambda i: -scores[i])[: self.max_nodes])
             new_index = {old: new for new, old in enumerate(keep)}
             return Draft([node_tokens[i] for i in keep], None,
@@ -183,19 +183,21 @@ class EagleDrafter(Drafter):
         finally:
             self.cache.truncate(self.known)
 
-    @staticmethod
-    def _log_q(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:  # [V] -> [V]
-        """log q under the target's sampling transform (greedy: the plain softmax ranks the same);
-        −inf for tokens the transform cuts (top-k, top-p), which `_add` leaves out of the tree."""
-        if params.greedy:
-            return torch.log_softmax(logits, -1)
-        return logits_to_probs(logits, params).log()
+    def _top(self, logits: torch.Tensor, params: SamplingParams, width: int) -> tuple[list[float], list[int]]:
+        """The `width` most probable tokens of draft-vocabulary logits [Vd]: (log q, target ids), q
+        under the target's sampling transform (greedy: the plain softmax ranks the same; −inf for
+        tokens top-k or top-p cut, which `_add` leaves out of the tree). The transform over the
+        draft vocabulary equals it over the full vocabulary with −inf elsewhere (those tokens have
+        no mass), without building [V] rows."""
+        log_q = torch.log_softmax(logits, -1) if params.greedy else logits_to_probs(logits, params).log()  # [Vd]
+        top = log_q.topk(width)
+        return top.values.tolist(), self.vocab_ids[top.indices].tolist()
 
     @staticmethod
     def _add(node_tokens, node_parents, scores, depths, parent: int, top) -> list[int]:
-        """Append `top`'s tokens as children of `parent` (-1: the root); returns their node indices."""
+        """Append `top`'s tokens (log q, ids) as children of `parent` (-1: the root); returns their node indices."""
         added = []
-        for logp, token in zip(top.values.tolist(), top.indices.tolist()):
+        for logp, token in zip(*top):
             if logp == float("-inf"):
                 continue  # outside the draft vocabulary or cut by top-k / top-p
             added.append(len(node_tokens))
