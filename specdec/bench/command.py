@@ -4,6 +4,7 @@
     specdec bench --prompts ../shared/workloads/spec_bench_dev.jsonl --per-category 5 --drafter ngram
     specdec bench --prompts prompts.txt --drafter ngram --drafter suffix --gamma 1,2,4,8,auto --temperature 0,1
     specdec bench --prompts humaneval --per-category 20 --drafter draft:MODEL --assistant MODEL
+    specdec bench --endpoint http://127.0.0.1:8000 --label plain --endpoint http://127.0.0.1:8001 --label eagle3
 
 Methods, side by side in one process (see runner.py for the interleaving):
     hf-generate   transformers `generate` on the same weights
@@ -13,6 +14,10 @@ Methods, side by side in one process (see runner.py for the interleaving):
                   llama-cpp-python, an optional extra: pip install -e '.[llamacpp]')
     plain         this project's plain decoding
     SPEC [γ=G]    this project with each `--drafter` at each `--gamma`
+    URL or LABEL  a running OpenAI-compatible server (`--endpoint`, repeatable; see endpoint.py),
+                  streamed chat completions timed from here
+With `--endpoint` only the endpoints run (no model is loaded here) unless `--drafter` is given too;
+their speed-ups are then over the first endpoint, and greedy answers are compared with its text.
 `--prompts` is a Spec-Bench .jsonl file, a text file (one prompt a line), or a built-in set:
 `starter` (the default; shipped with the package, see prompts.py) or `humaneval`.
 Writes to `--out-dir`: report.md, results.jsonl and three PNG plots, and prints a table; the
@@ -77,6 +82,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-transformers", action="store_true", help="leave out the transformers baselines")
     p.add_argument("--baseline", action="append", choices=["llama.cpp"], default=[],
                    help="also run llama.cpp's plain decoding on the same GGUF (needs llama-cpp-python)")
+    p.add_argument("--endpoint", action="append", default=[], metavar="URL",
+                   help="a running OpenAI-compatible server to measure (repeatable): specdec serve, vLLM, SGLang, "
+                        "llama-server; its base URL, e.g. http://127.0.0.1:8000. Only endpoints run unless --drafter "
+                        "is given too; endpoints' greedy answers are compared with the first endpoint's, and with "
+                        "endpoints alone it is the baseline of speed-ups (docs/bench/ENDPOINT.md)")
+    p.add_argument("--served-model", action="append", default=None, metavar="NAME",
+                   help="the model name sent to the endpoints (once for all, or once per --endpoint; default: the "
+                        "one model GET /v1/models lists). Not --model, which is the model run here")
+    p.add_argument("--api-key", action="append", default=None, metavar="KEY",
+                   help="sent as 'Authorization: Bearer KEY' to the endpoints (once for all, or once per --endpoint)")
+    p.add_argument("--label", action="append", default=None,
+                   help="the name of an endpoint's row in the report (once per --endpoint; default: its URL)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--weights", default="auto", help="auto | float32 | bfloat16 | int8 | int4 (default: auto, see specdec generate --help)")
     from specdec.options import add_no_compile_arg
@@ -97,6 +114,12 @@ def _check(args) -> None:
         raise SpecdecError(f"--repeats must be >= 1, got {args.repeats}")
     if args.per_category is not None and args.per_category < 1:
         raise SpecdecError(f"--per-category must be >= 1, got {args.per_category}")
+    args.local = not args.endpoint or args.drafter is not None
+    if not args.local and (args.assistant or args.baseline):
+        raise SpecdecError("--assistant and --baseline run beside this project's decoding, which --endpoint alone "
+                           "leaves out: add --drafter SPEC to run local methods beside the endpoints")
+    if not args.endpoint and (args.served_model or args.api_key or args.label):
+        raise SpecdecError("--served-model, --api-key and --label apply to endpoints: add --endpoint URL")
     args.llama_cpp_gguf = _llama_cpp_gguf(args) if "llama.cpp" in args.baseline else None
     existing = [name for name in REPORT_FILES if (args.out_dir / name).exists()]
     if existing and not args.force:
@@ -172,6 +195,9 @@ def run(args, console) -> int:
     from rich.markup import escape
     from rich.progress import Progress
 
+    import torch
+
+    from specdec.bench.endpoint import connect_endpoints
     from specdec.bench.memory import PeakMemory
     from specdec.bench.metrics import summarize
     from specdec.bench.prompts import load_prompts
@@ -184,9 +210,19 @@ def run(args, console) -> int:
     cases = load_prompts(args.prompts, args.per_category, args.category)
     if args.ask_twice:
         cases = [c for case in cases for c in (case, replace(case, id=f"{case.id} (again)"))]
-    with console.status(f"loading {args.model}"):
-        target = load_model(args.model, device=args.device, weights=args.weights)
-    methods_at = build_methods(args, target, console)
+    endpoints = connect_endpoints(args) if args.endpoint else []  # before loading anything: fail fast
+    target = None
+    if args.local:
+        with console.status(f"loading {args.model}"):
+            target = load_model(args.model, device=args.device, weights=args.weights)
+        methods_at = build_methods(args, target, console)
+    else:
+        methods_at = {t: [] for t in args.temperature}
+    clash = sorted({e.name for e in endpoints} & {m.name for methods in methods_at.values() for m in methods})
+    if clash:
+        raise SpecdecError(f"--label {clash[0]} is also the name of a method run here: choose another label")
+    methods_at = {t: methods + endpoints for t, methods in methods_at.items()}
+    device = target.net.device if target else torch.device("cpu")
     total = len(cases) * args.repeats * sum(len(m) for m in methods_at.values())
     args.out_dir.mkdir(parents=True, exist_ok=True)
     partial = args.out_dir / PARTIAL_RESULTS
@@ -210,21 +246,26 @@ def run(args, console) -> int:
                 progress.update(task, completed=done, description=escape(
                     f"prompt {number} of {len(cases)} ({case.id}, {case.category}): {method}{at}"))
 
-            rows = run_bench(cases, methods_at, target.tokenizer, args.max_new_tokens, args.repeats, target.net.device,
-                             progress=show, on_row=keep)
+            rows = run_bench(cases, methods_at, target.tokenizer if target else None, args.max_new_tokens, args.repeats,
+                             device, progress=show, on_row=keep)
     except KeyboardInterrupt:
         console.print(f"stopped: the prompts finished so far are in {partial}")
         raise
+    finally:
+        for endpoint in endpoints:
+            endpoint.close()
     costs = {m.name: m.engine.cost_model for ms in methods_at.values() for m in ms if getattr(m, "engine", None)}
     summary = summarize(rows, costs)
     header = {
         "command": "specdec " + " ".join(getattr(args, "argv", ["bench"])),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": ", ".join(f"{k} {v}" for k, v in machine_description(target.net.device).items()),
-        "model": f"{target.name} ({target.net.dtype})",
+        "machine": ", ".join(f"{k} {v}" for k, v in machine_description(device).items()),
+        "model": f"{target.name} ({target.net.dtype})" if target else "none here (endpoints only)",
+        **{f"endpoint {e.name}": f"{e.url}, model {e.served_model}, new tokens counted from {e.tokens_from}"
+           for e in endpoints},
         "prompts": f"{args.prompts}: {len(cases)}",
         "settings": f"max_new_tokens {args.max_new_tokens}, repeats {args.repeats}, temperatures {args.temperature}",
-        "peak memory": PeakMemory(target.net.device).description,
+        "peak memory": PeakMemory(device).description if target else "not measured (endpoints only)",
     }
     files = write_report(rows, summary, header, args.out_dir, targets=args.targets)
     partial.unlink()  # all of it is in results.jsonl now
@@ -239,25 +280,32 @@ def _print_table(summary: dict, console) -> None:
     from rich import box
     from rich.table import Table
 
-    from specdec.bench.metrics import HF_GENERATE, LLAMA_CPP
+    from specdec.bench.metrics import HF_GENERATE, LLAMA_CPP, speedup_key
+    from specdec.bench.report import baseline_heading
 
     for temperature, result in summary.items():
         table = Table(title=f"{result['prompts']} prompts, " + ("greedy" if temperature == "0" else f"T = {temperature}"),
                       box=box.SIMPLE_HEAD, pad_edge=False)  # fits 80 columns with every baseline
         has_hf, has_llama = HF_GENERATE in result["methods"], LLAMA_CPP in result["methods"]
-        cols = (["method", "tokens/s"] + (["× hf"] if has_hf else []) + (["× llama.cpp"] if has_llama else [])
-                + ["× plain", "predicted", "MAT", "α"] + (["identical"] if temperature == "0" else []))
+        has_ttft = any("time_to_first_token_seconds" in m for m in result["methods"].values())
+        key = speedup_key(result["baseline"])
+        cols = (["method", "tokens/s"] + (["TTFT s"] if has_ttft else []) + (["× hf"] if has_hf else [])
+                + (["× llama.cpp"] if has_llama else []) + [f"× {baseline_heading(result)}", "predicted", "MAT", "α"]
+                + (["identical"] if temperature == "0" else []))
         table.add_column(cols[0], min_width=max(len(name) for name in result["methods"]))  # method names are never cut
         for col in cols[1:]:
             table.add_column(col, justify="right")
         for name, m in result["methods"].items():
             cells = [name, f"{m['tokens_per_second']['median']:.2f}"]
+            if has_ttft:
+                ttft = m.get("time_to_first_token_seconds")
+                cells.append(f"{ttft['median']:.3f}" if ttft else "–")
             if has_hf:
                 cells.append(f"{m['speedup_vs_hf_generate']:.2f}")
             if has_llama:
                 cells.append(f"{m['speedup_vs_llama_cpp']:.2f}")
             predicted = m.get("predicted_speedup")
-            cells += [f"{m['speedup_vs_plain']:.2f}", f"{predicted:.2f}" if predicted is not None else "–",
+            cells += [f"{m[key]:.2f}", f"{predicted:.2f}" if predicted is not None else "–",
                       f"{m['mean_accepted_tokens']:.2f}" if "mean_accepted_tokens" in m else "–",
                       f"{m['acceptance_rate']:.2f}" if m.get("acceptance_rate") is not None else "–"]
             if temperature == "0":

@@ -1,4 +1,5 @@
-"""The methods `specdec bench` compares: this project's engines, transformers' own generate, llama.cpp.
+"""The methods `specdec bench` compares: this project's engines, transformers' own generate, llama.cpp
+(OpenAI-compatible servers, `--endpoint`, are in endpoint.py).
 
 Every method turns prompt ids into new token ids under the same sampling settings; the runner
 times it. Transformers methods run the very same float32 weights (the folder the model was loaded
@@ -21,8 +22,11 @@ from specdec.stats import GenerationStats
 
 @dataclass
 class Output:
-    token_ids: list[int]
-    stats: GenerationStats | None = None  # this project's methods only
+    token_ids: list[int]  # the new tokens; an endpoint's are counted, not seen ([])
+    stats: GenerationStats | None = None  # this project's methods, and an endpoint's when its server reports them
+    text: str | None = None  # an endpoint's answer (the runner decodes the other methods' ids)
+    new_tokens: int | None = None  # an endpoint's count; None: len(token_ids)
+    first_token_seconds: float | None = None  # an endpoint's: request sent → first text
 
 
 @dataclass

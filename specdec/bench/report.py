@@ -16,7 +16,7 @@ import math
 import statistics
 from pathlib import Path
 
-from specdec.bench.metrics import HF_GENERATE, LLAMA_CPP, PLAIN
+from specdec.bench.metrics import HF_GENERATE, LLAMA_CPP, PLAIN, baseline_of, speedup_key
 
 PLAIN_OVER_HF_TARGET = 1.3
 AUTO_WITHIN = 0.95
@@ -36,10 +36,18 @@ def raw_rows(rows: list[dict]) -> list[dict]:
             "methods": {name: {"tokens_per_second": [round(r, 3) for r in run.rates],
                                "seconds": [round(s, 4) for s in run.seconds], "new_tokens": run.new_tokens,
                                "stats": run.stats.to_dict() if run.stats else None,
-                               "peak_memory_bytes": run.peak_memory_bytes}
+                               "peak_memory_bytes": run.peak_memory_bytes, **_endpoint_fields(run)}
                         for name, run in row["runs"].items()},
         })
     return out
+
+
+def _endpoint_fields(run) -> dict:
+    """An endpoint's URL, each request's time to first token, and its first answer (its tokens are not seen)."""
+    if not run.endpoint:
+        return {}
+    return {"endpoint": run.endpoint, "time_to_first_token_seconds": [round(t, 4) for t in run.first_token_seconds],
+            "text": run.text}
 
 
 def paired_ratio(a: dict, b: dict, threshold: float) -> str:
@@ -58,8 +66,8 @@ def paired_ratio(a: dict, b: dict, threshold: float) -> str:
 
 def auto_gamma_rows(methods) -> list[str]:
     """This project's drafter rows that ran with γ = auto: "SPEC γ=auto", or a bare spec."""
-    return [name for name in methods if name.endswith(" γ=auto") or (
-        " γ=" not in name and name not in (PLAIN, LLAMA_CPP) and not name.startswith("hf-"))]
+    return [name for name in methods if "endpoint" not in methods[name] and (name.endswith(" γ=auto") or (
+        " γ=" not in name and name not in (PLAIN, LLAMA_CPP) and not name.startswith("hf-")))]
 
 
 def target_notes(summary: dict) -> list[str]:
@@ -113,6 +121,20 @@ def _fmt(value, spec: str = ".2f", suffix: str = "") -> str:
     return "–" if value is None else f"{value:{spec}}{suffix}"  # – : not measured, or nothing to measure
 
 
+def baseline_heading(result: dict) -> str:
+    """How the report names what speed-ups are over: plain decoding, or the first endpoint."""
+    baseline = result.get("baseline", PLAIN)
+    return "plain" if baseline == PLAIN else baseline
+
+
+def identity_heading(methods: dict) -> str:
+    """What greedy outputs are compared with: plain decoding's tokens, the first endpoint's text, or both."""
+    endpoints = [name for name, m in methods.items() if "endpoint" in m]
+    if not endpoints:
+        return "plain"
+    return endpoints[0] if len(endpoints) == len(methods) else f"plain (endpoints: {endpoints[0]})"
+
+
 def markdown(summary: dict, header: dict, targets: bool = False) -> str:
     """The report; `targets` adds the section of this project's targets, met or missed."""
     lines = ["# specdec bench report", ""]
@@ -122,20 +144,25 @@ def markdown(summary: dict, header: dict, targets: bool = False) -> str:
         mode = "greedy" if temperature == "0" else f"temperature {temperature}"
         methods = result["methods"]
         has_hf, has_llama = HF_GENERATE in methods, LLAMA_CPP in methods
+        has_ttft = any("time_to_first_token_seconds" in m for m in methods.values())
+        baseline, key = baseline_heading(result), speedup_key(result.get("baseline", PLAIN))
         lines += [f"## {mode} ({result['prompts']} prompts)", ""]
-        cols = ["method", "tokens/s median [p25, p75]"] + (["× hf-generate"] if has_hf else []) + \
-               (["× llama.cpp"] if has_llama else []) + \
-               ["× plain", "predicted × plain", "MAT", "α", "draft / verify share", "peak memory"] + \
-               (["identical to plain"] if temperature == "0" else [])
+        cols = ["method", "tokens/s median [p25, p75]"] + (["first token s median [p25, p75]"] if has_ttft else []) + \
+               (["× hf-generate"] if has_hf else []) + (["× llama.cpp"] if has_llama else []) + \
+               [f"× {baseline}", "predicted × plain", "MAT", "α", "draft / verify share", "peak memory"] + \
+               ([f"identical to {identity_heading(methods)}"] if temperature == "0" else [])
         lines += ["| " + " | ".join(cols) + " |", "| --- " + "| ---: " * (len(cols) - 1) + "|"]
         for name, m in methods.items():
             tps = m["tokens_per_second"]
             cells = [name, f"{tps['median']:.2f} [{tps['p25']:.2f}, {tps['p75']:.2f}]"]
+            if has_ttft:
+                ttft = m.get("time_to_first_token_seconds")
+                cells.append(f"{ttft['median']:.3f} [{ttft['p25']:.3f}, {ttft['p75']:.3f}]" if ttft else "–")
             if has_hf:
                 cells.append(_fmt(m.get("speedup_vs_hf_generate")))
             if has_llama:
                 cells.append(_fmt(m.get("speedup_vs_llama_cpp")))
-            cells += [_fmt(m["speedup_vs_plain"]), _fmt(m.get("predicted_speedup")), _fmt(m.get("mean_accepted_tokens")),
+            cells += [_fmt(m[key]), _fmt(m.get("predicted_speedup")), _fmt(m.get("mean_accepted_tokens")),
                       _fmt(m.get("acceptance_rate")),
                       f"{m['draft_share']:.2f} / {m['verify_share']:.2f}" if "draft_share" in m else "–",
                       _fmt(m.get("peak_memory_mb"), ".0f", " MB")]
@@ -144,7 +171,7 @@ def markdown(summary: dict, header: dict, targets: bool = False) -> str:
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
         categories = list(result["by_category"])
-        lines += [f"### {mode}: speed-up over plain decoding by category (MAT)", "",
+        lines += [f"### {mode}: speed-up over {'plain decoding' if baseline == 'plain' else baseline} by category (MAT)", "",
                   "| method | " + " | ".join(f"{c} ({result['by_category'][c]['prompts']})" for c in categories) + " |",
                   "| --- " + "| ---: " * len(categories) + "|"]
         for name in methods:
@@ -152,7 +179,7 @@ def markdown(summary: dict, header: dict, targets: bool = False) -> str:
             for c in categories:
                 entry = result["by_category"][c]["methods"][name]
                 mat = f" ({entry['mean_accepted_tokens']:.2f})" if "mean_accepted_tokens" in entry else ""
-                cells.append(f"{entry['speedup_vs_plain']:.2f}{mat}")
+                cells.append(f"{entry[key]:.2f}{mat}")
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
         lines.append("")
         positions = max((len(m.get("acceptance_per_position", [])) for m in methods.values()), default=0)
@@ -166,9 +193,11 @@ def markdown(summary: dict, header: dict, targets: bool = False) -> str:
                     lines.append(f"| {name} | " + " | ".join(f"{a:.2f}" for a in per) + " |" + " - |" * (positions - len(per)))
             lines.append("")
         mismatches = {n: m["first_differences"] for n, m in methods.items() if m.get("first_differences")}
+        first_endpoint = next((n for n, m in methods.items() if "endpoint" in m), None)
         for name, diffs in mismatches.items():
-            where = ", ".join(f"prompt {d['prompt']} at token {d['position']}" for d in diffs)
-            lines.append(f"**{name} differs from plain decoding**: {where}")
+            unit, reference = ("character", first_endpoint) if "endpoint" in methods[name] else ("token", "plain decoding")
+            where = ", ".join(f"prompt {d['prompt']} at {unit} {d['position']}" for d in diffs)
+            lines.append(f"**{name} differs from {reference}**: {where}")
         if mismatches:
             lines.append("")
     if targets:
@@ -192,16 +221,18 @@ def plots(summary: dict, out_dir: Path) -> list[Path]:
     for ax, temperature in zip(axes[:, 0], temperatures):
         result = summary[temperature]
         categories = list(result["by_category"])
-        names = [n for n in result["methods"] if n != PLAIN]
+        baseline = result.get("baseline", PLAIN)
+        names = [n for n in result["methods"] if n != baseline]
         width = 0.8 / max(len(names), 1)
         for i, name in enumerate(names):
-            values = [result["by_category"][c]["methods"][name]["speedup_vs_plain"] for c in categories]
+            values = [result["by_category"][c]["methods"][name][speedup_key(baseline)] for c in categories]
             ax.bar([x + i * width for x in range(len(categories))], values, width, label=name)
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_xticks([x + width * (len(names) - 1) / 2 for x in range(len(categories))], categories, fontsize=8)
-        ax.set_ylabel("× plain decoding")
+        ax.set_ylabel("× plain decoding" if baseline == PLAIN else f"× {baseline}")
         ax.set_title("greedy" if temperature == "0" else f"temperature {temperature}")
-        ax.legend(fontsize=7, ncol=3)
+        if names:
+            ax.legend(fontsize=7, ncol=3)
     fig.tight_layout()
     written.append(_save(fig, out_dir / "speedup_by_category.png"))
     # 2. acceptance by draft position
@@ -264,15 +295,18 @@ def speed_summary_from_results(lines: list[dict]) -> dict:
         result = out.setdefault(f"{line['temperature']:g}", {"methods": {}, "by_category": {}})
         methods = result["by_category"].setdefault(line["category"], {"methods": {}})["methods"]
         for name, run in line["methods"].items():
-            result["methods"].setdefault(name, {})
+            result["methods"].setdefault(name, {"endpoint": run["endpoint"]} if "endpoint" in run else {})
             methods.setdefault(name, {"tokens_per_second": []})["tokens_per_second"].append(
                 statistics.median(run["tokens_per_second"]))
     for result in out.values():
         result["by_category"] = dict(sorted(result["by_category"].items()))
+        endpoints = [name for name, m in result["methods"].items() if "endpoint" in m]
+        result["baseline"] = baseline_of(result["methods"], endpoints)
         for entry in result["by_category"].values():
-            plain = entry["methods"][PLAIN]["tokens_per_second"]
+            baseline = entry["methods"][result["baseline"]]["tokens_per_second"]
             for method in entry["methods"].values():
-                method["speedup_vs_plain"] = statistics.mean(x / y for x, y in zip(method["tokens_per_second"], plain))
+                method[speedup_key(result["baseline"])] = statistics.mean(
+                    x / y for x, y in zip(method["tokens_per_second"], baseline))
     return out
 
 

@@ -3,14 +3,15 @@
 For each prompt, temperature and repeat, every method runs once, one after the other, so that
 drift of a shared machine hits all methods alike. A conversation (a prompt with two turns) feeds
 each method's own first answer back before the second turn; its time and tokens are the sum over
-turns. Sampled runs give every method the same seed per prompt and repeat.
+turns. Sampled runs give every method the same seed per prompt and repeat. An endpoint (a server,
+endpoint.py) is given the chat messages, not token ids: its server applies its own chat template.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -18,6 +19,8 @@ from specdec.bench.memory import PeakMemory
 from specdec.bench.prompts import PromptCase
 from specdec.sampling import SamplingParams
 from specdec.stats import GenerationStats
+
+ENDPOINT = "endpoint"  # the kind of a method that is a running server (endpoint.py): given messages, not ids
 
 
 @dataclass
@@ -28,8 +31,23 @@ class MethodRun:
     rates: list[float]  # tokens per second of each repeat
     seconds: list[float]
     new_tokens: list[int]
-    stats: GenerationStats | None  # this project's methods: all turns and repeats merged
-    peak_memory_bytes: int | None  # the peak during the method's runs, as PeakMemory measures it
+    stats: GenerationStats | None  # this project's methods (an endpoint's, if reported): all turns and repeats merged
+    peak_memory_bytes: int | None  # the peak during the method's runs, as PeakMemory measures it (endpoints: None)
+    text: str = ""  # the first repeat's answers, all turns (an endpoint's are compared by text)
+    first_token_seconds: list[float] = field(default_factory=list)  # endpoints: each request's time to first token
+    endpoint: str | None = None  # an endpoint's URL
+
+
+@dataclass
+class CaseRun:
+    """One method on one prompt: all turns."""
+
+    token_ids: list[int]  # an endpoint's: [] (its tokens are counted, not seen)
+    text: str
+    new_tokens: int
+    seconds: float  # spent generating (an endpoint's: request sent → end of stream)
+    stats: list[GenerationStats]  # per turn, where reported
+    first_token_seconds: list[float]  # endpoints: per turn
 
 
 def chat_ids(tokenizer, messages: list[dict]) -> list[int]:
@@ -38,20 +56,24 @@ def chat_ids(tokenizer, messages: list[dict]) -> list[int]:
     return tokenizer.encode("\n".join(m["content"] for m in messages))
 
 
-def run_case(method, case: PromptCase, tokenizer, sampling: SamplingParams, max_new_tokens: int):
-    """(new ids of all turns, seconds spent generating, per-turn stats)."""
-    messages, ids, seconds, stats = [], [], 0.0, []
+def run_case(method, case: PromptCase, tokenizer, sampling: SamplingParams, max_new_tokens: int) -> CaseRun:
+    messages, run = [], CaseRun([], "", 0, 0.0, [], [])
     for turn in case.turns:
         messages.append({"role": "user", "content": turn})
-        prompt_ids = chat_ids(tokenizer, messages)
+        prompt = list(messages) if method.kind == ENDPOINT else chat_ids(tokenizer, messages)
         start = time.perf_counter()
-        output = method.generate(prompt_ids, max_new_tokens, sampling)
-        seconds += time.perf_counter() - start
-        ids += output.token_ids
+        output = method.generate(prompt, max_new_tokens, sampling)
+        run.seconds += time.perf_counter() - start
+        text = output.text if output.text is not None else tokenizer.decode(output.token_ids, skip_special_tokens=True)
+        run.token_ids += output.token_ids
+        run.text += text
+        run.new_tokens += output.new_tokens if output.new_tokens is not None else len(output.token_ids)
         if output.stats is not None:
-            stats.append(output.stats)
-        messages.append({"role": "assistant", "content": tokenizer.decode(output.token_ids, skip_special_tokens=True)})
-    return ids, seconds, stats
+            run.stats.append(output.stats)
+        if output.first_token_seconds is not None:
+            run.first_token_seconds.append(output.first_token_seconds)
+        messages.append({"role": "assistant", "content": text})
+    return run
 
 
 def run_bench(cases: list[PromptCase], methods_at: dict[float, list], tokenizer, max_new_tokens: int,
@@ -68,29 +90,31 @@ def run_bench(cases: list[PromptCase], methods_at: dict[float, list], tokenizer,
     rows, done = [], 0
     for number, case in enumerate(cases):
         for temperature, methods in methods_at.items():
-            collected: dict[str, dict] = {m.name: {"ids": None, "rates": [], "seconds": [], "tokens": [], "stats": [],
-                                                   "peak": None} for m in methods}
+            collected: dict[str, dict] = {m.name: {"first": None, "rates": [], "seconds": [], "tokens": [], "stats": [],
+                                                   "peak": None, "ttft": []} for m in methods}
             for repeat in range(repeats):
                 sampling = SamplingParams(temperature=temperature, seed=1000 * number + repeat)
                 for method in methods:
                     if progress:
                         progress(done, number + 1, case, temperature, method.name)
                     memory.reset()
-                    ids, seconds, stats = run_case(method, case, tokenizer, sampling, max_new_tokens)
+                    run = run_case(method, case, tokenizer, sampling, max_new_tokens)
                     slot = collected[method.name]
-                    peak = memory.peak()
+                    peak = memory.peak() if method.kind != ENDPOINT else None  # a server's memory is not ours
                     if peak is not None:
                         slot["peak"] = max(slot["peak"] or 0, peak)
-                    slot["ids"] = ids if slot["ids"] is None else slot["ids"]
-                    slot["rates"].append(len(ids) / seconds if seconds else 0.0)
-                    slot["seconds"].append(seconds)
-                    slot["tokens"].append(len(ids))
-                    slot["stats"] += stats
+                    slot["first"] = slot["first"] or run
+                    slot["rates"].append(run.new_tokens / run.seconds if run.seconds else 0.0)
+                    slot["seconds"].append(run.seconds)
+                    slot["tokens"].append(run.new_tokens)
+                    slot["stats"] += run.stats
+                    slot["ttft"] += run.first_token_seconds
                     done += 1
             rows.append({"case": case, "temperature": temperature, "runs": {
-                name: MethodRun(s["ids"], s["rates"], s["seconds"], s["tokens"],
-                                GenerationStats.merge(s["stats"]) if s["stats"] else None, s["peak"])
-                for name, s in collected.items()}})
+                m.name: MethodRun(s["first"].token_ids, s["rates"], s["seconds"], s["tokens"],
+                                  GenerationStats.merge(s["stats"]) if s["stats"] else None, s["peak"], s["first"].text,
+                                  s["ttft"], getattr(m, "url", None))
+                for m, s in ((m, collected[m.name]) for m in methods)}})
             if on_row:
                 on_row(rows[-1])
     return rows
