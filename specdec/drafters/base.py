@@ -138,10 +138,13 @@ def draft_chain(
     probs: list[torch.Tensor] = []
     logits = next_logits(feed)  # [V]
     for i in range(max_tokens):
-        q = logits_to_probs(logits, params)  # [V]
-        token = int(logits.argmax()) if params.greedy else int(sample(q[None], generator))
+        if params.greedy:  # (greedy verification reads no q)
+            token = int(logits.argmax())
+        else:
+            q = logits_to_probs(logits, params)  # [V]
+            token = int(sample(q[None], generator))
+            probs.append(q)
         drafted.append(token)
-        probs.append(q)
         if i + 1 < max_tokens:
             logits = next_logits([token])
     return Draft(drafted, None if params.greedy else torch.stack(probs))  # q: [k, V]
