@@ -44,9 +44,11 @@ def load_eagle3_head(folder: Path, target) -> Eagle3Head:
 class EagleDrafter(Drafter):
     """A chain of γ drafts, or with `tree_budget` a dynamic tree (EAGLE-2): γ levels deep, each level
     expanding the `top_k` most probable nodes of the level before by their `top_k` most probable
-    next tokens, then keeping the `tree_budget` nodes with the highest path probability (the product
-    of the draft's probabilities along the path; a node always outranks its children, so the kept
-    nodes form a tree). Candidates are ranked by the draft's distribution under the target's
+    next tokens, then keeping the `top_k` × γ nodes (at most `tree_budget`) with the highest path
+    probability (the product of the draft's probabilities along the path; a node always outranks its
+    children, so the kept nodes form a tree). A shallow tree is thus a small one: choosing γ, the
+    policy chooses what the verification pass costs, which matters where a pass over 17 tokens costs
+    three one-token passes (a CPU), not only where it costs one (a GPU). Candidates are ranked by the draft's distribution under the target's
     sampling transform; they are fixed before verification, which treats them as point masses."""
 
     wants_features = True  # the engine passes the target's final hidden states of committed tokens
@@ -116,7 +118,7 @@ class EagleDrafter(Drafter):
         """Draft tokens a proposal of depth γ puts in the verification pass (the policy prices it)."""
         if not self.max_nodes:
             return gamma
-        return min(self.max_nodes, self.top_k + (gamma - 1) * self.top_k * self.top_k)
+        return min(self.max_nodes, self.top_k * gamma, self.top_k + (gamma - 1) * self.top_k * self.top_k)
 
     def _catch_up(self, tokens: list[int]) -> int:
         """Check the features are in step, roll the cache back to the committed pairs not yet fed
@@ -176,7 +178,7 @@ class EagleDrafter(Drafter):
                 for row, i in enumerate(expand):
                     level += self._add(node_tokens, node_parents, scores, depths, i,
                                        self._top(logits[row], params, width))
-            keep = sorted(sorted(range(len(node_tokens)), key=lambda i: -scores[i])[: self.max_nodes])
+            keep = sorted(sorted(range(len(node_tokens)), key=lambda i: -scores[i])[: self.verified_tokens(depth)])
             new_index = {old: new for new, old in enumerate(keep)}
             return Draft([node_tokens[i] for i in keep], None,
                          parents=[-1 if node_parents[i] < 0 else new_index[node_parents[i]] for i in keep])
