@@ -15,9 +15,11 @@ its own norm and LM head.
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from specdec.drafters.base import Draft, Drafter, draft_chain, full_vocabulary_logits
 from specdec.errors import ConfigError
@@ -26,6 +28,7 @@ from specdec.heads.eagle3 import Eagle3Config, Eagle3Head
 from specdec.heads.files import load_module
 from specdec.runtime.kv_cache import StaticKVCache
 from specdec.runtime.llama import LlamaModel, cache_attention_mask
+from specdec.runtime.quant import quantize_linears, runs_quantized
 from specdec.sampling import SamplingParams, logits_to_probs
 
 
@@ -58,17 +61,24 @@ class EagleDrafter(Drafter):
         if not isinstance(target.net, LlamaModel):
             raise ConfigError("EAGLE drafting reads the target's features: it needs the lean runtime (--runtime lean)")
         self.net = target.net
-        self.head = head
         self.name = name
         self.vocab_ids = head.vocab_ids  # [Vd] target ids
+        quantized = runs_quantized(self.net)  # then so does the head: a draft step costs what its weights' bytes do
         if isinstance(head, Eagle3Head):
             self.feature_layers = tuple(head.config.aux_layers)
             self.feature_size = len(self.feature_layers) * head.config.target_hidden_size
+            if quantized:
+                head = quantize_linears(copy.deepcopy(head))
             self.draft_logits = head.logits
         else:
             self.feature_size = head.config.hidden_size
-            self.head_rows = self.net.lm_head_weight()[self.vocab_ids].clone()  # [Vd, hidden]
-            self.draft_logits = lambda predicted: predicted @ self.head_rows.T  # [n, hidden] -> [n, Vd]
+            rows = nn.Linear(head.config.hidden_size, len(self.vocab_ids), bias=False)  # the target's LM head rows
+            rows.weight = nn.Parameter(self.net.lm_head_weight()[self.vocab_ids].detach().clone(), requires_grad=False)
+            if quantized:
+                head = quantize_linears(copy.deepcopy(head))
+                rows = quantize_linears(rows)
+            self.draft_logits = rows  # [n, hidden] -> [n, Vd]
+        self.head = head
         if tree_budget < 0 or top_k < 1:
             raise ConfigError(f"an EAGLE tree needs a budget >= 1 node and top_k >= 1, got {tree_budget} and {top_k}")
         self.max_nodes = tree_budget  # 0: chains

@@ -68,7 +68,7 @@ class EagleHead(nn.Module):
         """positions [B, T] -> cos, sin [B, 1, T, D]."""
         angles = positions[..., None].float() * self.inv_freq  # [B, T, D/2]
         angles = torch.cat((angles, angles), dim=-1)
-        dtype = self.fuse.weight.dtype
+        dtype = self.layer.attn_norm.weight.dtype  # (a float parameter: the linears may be quantized)
         return angles.cos().to(dtype)[:, None], angles.sin().to(dtype)[:, None]
 
     def forward(

@@ -188,3 +188,28 @@ def gguf_blocks(type_name: str, data: np.ndarray, rows: int, cols: int) -> Int4C
         codes = blocks[..., 2:].copy().view(np.int8).reshape(rows, cols)
         return Int8Codes(torch.from_numpy(codes), half(0))
     raise ValueError(f"no exact layout for GGUF type {type_name}")
+
+
+def quantize_linears(module: nn.Module) -> nn.Module:
+    """`module` with every nn.Linear inside it (or itself) whose shape the kernel takes replaced, in
+    place, by an 8-bit QuantizedLinear (symmetric, groups of 32: like Q8_0). For small drafting
+    networks (EAGLE heads) that run beside a quantized target: one of their steps reads its weights
+    once, so float32 weights make a step cost what their bytes cost."""
+    if isinstance(module, nn.Linear):
+        return _quantized(module)
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, nn.Linear):
+                setattr(parent, name, _quantized(child))
+    return module
+
+
+def _quantized(linear: nn.Linear) -> nn.Module:
+    if linear.in_features % GROUP or linear.out_features % TILE:
+        return linear  # a shape the kernel does not take stays float
+    return QuantizedLinear(quantize_int8(linear.weight), None if linear.bias is None else linear.bias.detach())
+
+
+def runs_quantized(model: nn.Module) -> bool:
+    """Whether some linear layer of `model` runs on the quantized kernel."""
+    return any(isinstance(m, QuantizedLinear) for m in model.modules())
