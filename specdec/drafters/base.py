@@ -127,20 +127,28 @@ def draft_chain(
     max_tokens: int,
     params: SamplingParams,
     generator: torch.Generator,
+    vocab_ids: torch.Tensor | None = None,
+    vocab_size: int = 0,
 ) -> Draft:
     """Draft `max_tokens` tokens one at a time from a model.
 
     `next_logits(ids)` feeds `ids` to the draft network and returns the logits [V] after the last
-    of them. It is called with `feed` first, then with each drafted token but the last. Tokens are
-    the argmax when greedy, else drawn from q, the draft's distribution under the target's transform.
+    of them; with `vocab_ids` [Vd] (a head's draft vocabulary, of a target with `vocab_size` tokens)
+    the logits over that vocabulary [Vd], mapped to target ids here (a greedy step then never builds
+    a [V] row). It is called with `feed` first, then with each drafted token but the last. Tokens
+    are the argmax when greedy, else drawn from q, the draft's distribution under the target's
+    transform.
     """
     drafted: list[int] = []
     probs: list[torch.Tensor] = []
-    logits = next_logits(feed)  # [V]
+    logits = next_logits(feed)  # [V] or [Vd]
     for i in range(max_tokens):
         if params.greedy:  # (greedy verification reads no q)
-            token = int(logits.argmax())
+            index = int(logits.argmax())
+            token = index if vocab_ids is None else int(vocab_ids[index])
         else:
+            if vocab_ids is not None:
+                logits = full_vocabulary_logits(logits[None], vocab_ids, vocab_size)[0]  # [V]
             q = logits_to_probs(logits, params)  # [V]
             token = int(sample(q[None], generator))
             probs.append(q)

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from specdec.drafters.base import Draft, Drafter, draft_chain, full_vocabulary_logits
+from specdec.drafters.base import Draft, Drafter, draft_chain
 from specdec.errors import ConfigError
 from specdec.heads.eagle import EagleConfig, EagleHead
 from specdec.heads.eagle3 import Eagle3Config, Eagle3Head
@@ -155,10 +155,11 @@ class EagleDrafter(Drafter):
                 features = state["feature"][None]  # [1, hidden]
             predicted, logits = self._feed(features, ids)
             state["feature"] = predicted[-1]
-            return full_vocabulary_logits(logits[-1:], self.vocab_ids, self.net.vocab_size)[0]  # [V]
+            return logits[-1]  # [Vd]
 
         try:
-            return draft_chain(next_logits, tokens[start + 1:], max_tokens, params, generator)
+            return draft_chain(next_logits, tokens[start + 1:], max_tokens, params, generator, self.vocab_ids,
+                               self.net.vocab_size)
         finally:
             self.cache.truncate(self.known)
 
