@@ -331,3 +331,50 @@ def test_eagle3_needs_aux_features(tiny_target, tiny_data, tmp_path):
 
     with pytest.raises(SpecdecError, match="no aux-layer features"):
         train_eagle3(tiny_target, tiny_data, tmp_path / "head", draft_vocab=48, epochs=1, log=lambda *_: None)
+
+
+class Stop(Exception):
+    pass
+
+
+def test_a_stopped_distillation_resumes_to_the_same_data(tiny_target, tmp_path):
+    """Stopped once its first shard is written (sampled and greedy answers, aux features; other answers
+    in flight are lost), the run resumes and
+    gives the data an uninterrupted run gives: each prompt's answer comes from its own random stream."""
+    settings = dict(max_new_tokens=16, batch_size=4, shard_size=8, temperatures=(0.0, 1.0), aux_layers=(0, 1), seed=5)
+    distill(tiny_target, word_prompts(20), tmp_path / "straight", **settings)
+
+    def stop_after_the_first_shard(done, total, tokens, seconds):
+        if (tmp_path / "stopped" / "shard-00000.safetensors").exists():
+            raise Stop
+
+    with pytest.raises(Stop):
+        distill(tiny_target, word_prompts(20), tmp_path / "stopped", progress=stop_after_the_first_shard, **settings)
+    assert len(list((tmp_path / "stopped").glob("shard-*.safetensors"))) == 1  # the first 8 prompts
+    meta = distill(tiny_target, word_prompts(20), tmp_path / "stopped", **settings)
+    assert meta["generated_this_run"] == 12
+    straight, resumed = load_sequences(tmp_path / "straight"), load_sequences(tmp_path / "stopped")
+    assert [s.tokens for s in straight] == [s.tokens for s in resumed]
+    assert {s.temperature for s in resumed} == {0.0, 1.0}
+    assert all(torch.equal(a.aux_features, b.aux_features) for a, b in zip(straight, resumed))
+
+
+def test_a_stopped_eagle3_training_resumes_to_the_same_weights(tiny_target, tiny_aux_data, tmp_path):
+    from safetensors.torch import load_file
+
+    from specdec.train.eagle3 import train_eagle3
+
+    settings = dict(draft_vocab=48, depth=2, epochs=2, batch_tokens=256, checkpoint_every=3, validation_share=0.1,
+                    log=lambda *_: None)
+    train_eagle3(tiny_target, tiny_aux_data, tmp_path / "straight", **settings)
+
+    def stop_at_seven(step, total, loss):
+        if step == 7:
+            raise Stop
+
+    with pytest.raises(Stop):
+        train_eagle3(tiny_target, tiny_aux_data, tmp_path / "stopped", progress=stop_at_seven, **settings)
+    train_eagle3(tiny_target, tiny_aux_data, tmp_path / "stopped", **settings)
+    a = load_file(str(tmp_path / "straight" / "head.safetensors"))
+    b = load_file(str(tmp_path / "stopped" / "head.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -88,11 +88,11 @@ class TransformersCausalLM:
         return out.logits.float()
 
     def forward_segments(self, input_ids: torch.Tensor, segments: list, logit_rows: torch.Tensor | None = None,
-                         return_hidden: bool = False) -> torch.Tensor:
+                         return_hidden: bool = False, aux_layers: tuple[int, ...] = ()) -> torch.Tensor:
         """The runtime's pass over segments, for one segment (one sequence): logits [M, V]."""
         if len(segments) != 1:
             raise ConfigError("batched decoding (several requests in one pass) needs the lean runtime (--runtime lean)")
-        if return_hidden:
+        if return_hidden or aux_layers:
             raise ConfigError("drafters that read the target's features (EAGLE, Medusa) need the lean runtime (--runtime lean)")
         segment = segments[0]
         positions = None if segment.positions is None else segment.positions[None]
