@@ -254,12 +254,15 @@ def test_eagle_tree_leaves_out_tokens_the_sampling_transform_cuts():
     from specdec.drafters.eagle import EagleDrafter
     from specdec.sampling import SamplingParams
 
-    logits = torch.tensor([2.0, 1.0, 0.5, 0.1, -1.0, -3.0])
-    log_q = EagleDrafter._log_q(logits, SamplingParams(temperature=1.0, top_k=2))
-    assert torch.isfinite(log_q).sum() == 2
+    from types import SimpleNamespace
+
+    logits = torch.tensor([2.0, 1.0, 0.5, 0.1, -1.0, -3.0])  # over a draft vocabulary of 6 target ids
+    drafter = SimpleNamespace(vocab_ids=torch.tensor([3, 7, 8, 20, 31, 40]))
+    log_q, ids = EagleDrafter._top(drafter, logits, SamplingParams(temperature=1.0, top_k=2), 4)
+    assert ids[:2] == [3, 7] and sum(v > float("-inf") for v in log_q) == 2  # mapped to target ids
     tokens, parents, scores, depths = [], [], [], []
-    added = EagleDrafter._add(tokens, parents, scores, depths, -1, log_q.topk(4))
-    assert tokens == [0, 1] and len(added) == 2
+    added = EagleDrafter._add(tokens, parents, scores, depths, -1, (log_q, ids))
+    assert tokens == [3, 7] and len(added) == 2
 
 
 def test_eagle3_unrolled_chain_equals_drafting_step_by_step(tiny_target):
@@ -356,7 +359,8 @@ def test_a_stopped_distillation_resumes_to_the_same_data(tiny_target, tmp_path):
     straight, resumed = load_sequences(tmp_path / "straight"), load_sequences(tmp_path / "stopped")
     assert [s.tokens for s in straight] == [s.tokens for s in resumed]
     assert {s.temperature for s in resumed} == {0.0, 1.0}
-    assert all(torch.equal(a.aux_features, b.aux_features) for a, b in zip(straight, resumed))
+    # features agree to float16 storage (a float32 pass's linears may round differently with other rows beside)
+    assert all((a.aux_features.float() - b.aux_features.float()).abs().max() < 1e-2 for a, b in zip(straight, resumed))
 
 
 def test_a_stopped_eagle3_training_resumes_to_the_same_weights(tiny_target, tiny_aux_data, tmp_path):
