@@ -143,7 +143,7 @@ def run(args, console) -> int:
 
         def on_answer(done: int, total: int, tokens: int, seconds: float) -> None:
             rate = tokens / seconds if seconds else 0.0
-            progress.update(task, completed=done, note=f"{rate:.0f} answer tok/s")
+            progress.update(task, completed=done, note=f"{rate:.0f} answer tok/s" if tokens else "")
             status.write(force=done == total, phase="data", done=done, total=total, answer_tokens_this_run=tokens,
                          answer_tokens_per_second=round(rate, 1), seconds=round(seconds))
 
