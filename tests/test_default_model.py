@@ -137,10 +137,11 @@ def test_greedy_speculative_equals_plain_on_real_prompts(smollm, early_layers_dr
     assert early.stats.accepted_per_position == drafted.stats.accepted_per_position
 
 
-@pytest.mark.parametrize("spec", ["suffix", "eagle", "eagle-tree", "medusa", "auto"])
+@pytest.mark.parametrize("spec", ["suffix", "eagle3", "eagle3-chain", "eagle", "eagle-tree", "medusa", "auto"])
 def test_greedy_speculative_equals_plain_for_every_drafter(smollm, spec):
-    """The shipped EAGLE and Medusa heads (chain and trees), suffix drafting and the policy choosing
-    among drafters, on the default model's quantized runtime: every greedy output equals plain decoding's."""
+    """The shipped EAGLE-3, EAGLE and Medusa heads (chains and trees; the heads' linears 8-bit beside the
+    int4 target), suffix drafting and the policy choosing among drafters (the shipped EAGLE-3 head
+    among them), on the default model's quantized runtime: every greedy output equals plain decoding's."""
     from specdec.drafters import build_drafters
 
     engine, plain_engine = Engine(smollm, build_drafters(spec, smollm)), Engine(smollm)
@@ -152,3 +153,5 @@ def test_greedy_speculative_equals_plain_for_every_drafter(smollm, spec):
         assert result.token_ids == plain_engine.generate(ids, config).token_ids, prompt
         drafted += result.stats.drafted
     assert drafted > 0  # the drafter took part
+    if spec == "auto":
+        assert "eagle3" in [d.name for d in engine.drafters]  # auto includes the shipped EAGLE-3 head
