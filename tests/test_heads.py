@@ -66,26 +66,33 @@ def test_unrolled_chain_equals_drafting_step_by_step():
     features, embeds = torch.randn(1, 10, 32), torch.randn(1, 10, 32)
     with torch.no_grad():
         blocks = unrolled_predictions(head, features, embeds, depth=3)
-        for start in (0, 4, 6):
-            cache = StaticKVCache(1, 2, 8, 32)
-
-            def feed(f, e, position):
-                past, n = cache.length, f.shape[0]
-                causal = past == 0 and n > 1
-                mask = None if causal else cache_attention_mask(past, n, None, "cpu")
-                out = head(f[None], e[None], torch.arange(position, position + n)[None], cache, mask, causal)
-                cache.advance(n)
-                return out[0, -1]
-
-            predicted = feed(features[0, : start + 1], embeds[0, : start + 1], 0)  # true pairs 0..start
-            assert torch.allclose(predicted, blocks[0][0, start], atol=1e-5)
-            for d in (1, 2):
-                t = start + d
-                predicted = feed(predicted[None], embeds[0, t : t + 1], t)
-                assert torch.allclose(predicted, blocks[d][0, t], atol=1e-5)
+        assert_blocks_equal_drafting(head, blocks, features, embeds, starts=(0, 4, 6))
         # the negative control: a block that saw the future (plain causal attention) differs
         wrong = head(blocks[0][:, :-1], embeds[:, 1:], torch.arange(1, 10)[None], GrowingCache(), None, True)
         assert not torch.allclose(wrong[0, 5], blocks[1][0, 6], atol=1e-3)
+
+
+def assert_blocks_equal_drafting(head, blocks, features, embeds, starts) -> None:
+    """Block d of the unrolled pass at t = start + d equals the head's d-th step when drafting one
+    step at a time through its own cache after the true pairs 0..start (features [1, T, ...], embeds
+    [1, T, hidden])."""
+    for start in starts:
+        cache = StaticKVCache(1, head.config.num_kv_heads, head.config.head_dim, 32)
+
+        def feed(f, e, position):
+            past, n = cache.length, f.shape[0]
+            causal = past == 0 and n > 1
+            mask = None if causal else cache_attention_mask(past, n, None, "cpu")
+            out = head(f[None], e[None], torch.arange(position, position + n)[None], cache, mask, causal)
+            cache.advance(n)
+            return out[0, -1]
+
+        predicted = feed(features[0, : start + 1], embeds[0, : start + 1], 0)  # true pairs 0..start
+        assert torch.allclose(predicted, blocks[0][0, start], atol=1e-5)
+        for d in range(1, len(blocks)):
+            t = start + d
+            predicted = feed(predicted[None], embeds[0, t : t + 1], t)
+            assert torch.allclose(predicted, blocks[d][0, t], atol=1e-5)
 
 
 @pytest.fixture(scope="module")
@@ -276,23 +283,7 @@ def test_eagle3_unrolled_chain_equals_drafting_step_by_step(tiny_target):
     aux, embeds = torch.randn(1, 10, 2 * hidden), torch.randn(1, 10, hidden)
     with torch.no_grad():
         blocks = unrolled_predictions(head, aux, embeds, depth=3)
-        for start in (0, 5):
-            cache = StaticKVCache(1, head.config.num_kv_heads, head.config.head_dim, 32)
-
-            def feed(f, e, position):
-                past, n = cache.length, f.shape[0]
-                causal = past == 0 and n > 1
-                mask = None if causal else cache_attention_mask(past, n, None, "cpu")
-                out = head(f[None], e[None], torch.arange(position, position + n)[None], cache, mask, causal)
-                cache.advance(n)
-                return out[0, -1]
-
-            predicted = feed(aux[0, : start + 1], embeds[0, : start + 1], 0)
-            assert torch.allclose(predicted, blocks[0][0, start], atol=1e-5)
-            for d in (1, 2):
-                t = start + d
-                predicted = feed(predicted[None], embeds[0, t : t + 1], t)
-                assert torch.allclose(predicted, blocks[d][0, t], atol=1e-5)
+        assert_blocks_equal_drafting(head, blocks, aux, embeds, starts=(0, 5))
         # the negative control: feeding block d the target's features again (EAGLE-1's training) differs
         wrong = head(aux, embeds, torch.arange(10)[None], GrowingCache(), None, True)
         assert not torch.allclose(wrong[0, 6], blocks[1][0, 6], atol=1e-3)

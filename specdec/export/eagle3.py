@@ -95,11 +95,6 @@ def engine_aux_layers(config: Eagle3Config, fmt: str) -> list[int]:
     return [layer - 1 for layer in config.aux_layers] if fmt == "sglang" else list(config.aux_layers)
 
 
-def default_aux_layers(num_layers: int) -> list[int]:
-    """What vLLM, SGLang and llama.cpp's converter capture when a config names no layers."""
-    return [2, num_layers // 2, num_layers - 3]
-
-
 def config_json(config: Eagle3Config, fmt: str, target: Target, dtype: str) -> dict:
     """A LlamaConfig-style config.json as SpecForge writes it, with the aux layers where `fmt` reads them
     (vLLM and SGLang: eagle_config.eagle_aux_hidden_state_layer_ids; llama.cpp's converter: top level)."""

@@ -9,6 +9,7 @@ import torch
 
 from specdec.errors import SpecdecError
 from specdec.export import FORMATS, eagle3, folder, gamma, launch, medusa, source, tables
+from specdec.heads.eagle3 import default_aux_layers
 
 DTYPE = torch.float32  # engines cast a checkpoint to their serving dtype at load; none requires bf16 on disk
 DTYPE_NAME = "float32"
@@ -61,7 +62,7 @@ def _eagle3(files: source.HeadFiles, fmt: str, model: str):
     tables.check_tensors(tables.EAGLE3_TABLES[fmt], tensors, dims, DTYPE, fmt)
     eagle3.check_vocabulary(tensors["d2t"], tensors["t2d"], config.vocab_size)
     notes = []
-    default = eagle3.default_aux_layers(target.config.num_layers)
+    default = default_aux_layers(target.config.num_layers)
     if fmt == "llama.cpp" and config.aux_layers != default:
         notes.append(f"this head reads layers {config.aux_layers}, not the default {default}: convert with a "
                      "llama.cpp that reads eagle_aux_hidden_state_layer_ids (PR #25794); older converters "

@@ -66,10 +66,7 @@ class EagleHead(nn.Module):
 
     def rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """positions [B, T] -> cos, sin [B, 1, T, D]."""
-        angles = positions[..., None].float() * self.inv_freq  # [B, T, D/2]
-        angles = torch.cat((angles, angles), dim=-1)
-        dtype = self.layer.attn_norm.weight.dtype  # (a float parameter: the linears may be quantized)
-        return angles.cos().to(dtype)[:, None], angles.sin().to(dtype)[:, None]
+        return head_rope(self.inv_freq, positions, self.layer.attn_norm.weight.dtype)
 
     def forward(
         self,
@@ -83,3 +80,11 @@ class EagleHead(nn.Module):
         x = self.fuse(torch.cat((features, next_embeds), dim=-1))  # [B, T, hidden]
         cos, sin = self.rope(positions)
         return self.layer(x, cos, sin, cache, 0, mask, causal)
+
+
+def head_rope(inv_freq: torch.Tensor, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """A head's RoPE: inv_freq [D/2], positions [B, T] -> cos, sin [B, 1, T, D] in `dtype` (the dtype
+    of a float parameter: the linears may be quantized)."""
+    angles = positions[..., None].float() * inv_freq  # [B, T, D/2]
+    angles = torch.cat((angles, angles), dim=-1)
+    return angles.cos().to(dtype)[:, None], angles.sin().to(dtype)[:, None]

@@ -17,26 +17,20 @@ d2t[draft id]); t2d [V] bool marks the target ids in the draft vocabulary.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
+from specdec.heads.eagle import EagleConfig, head_rope
 from specdec.runtime.config import ModelConfig
 from specdec.runtime.llama import MLP, Attention, RMSNorm, rope_inverse_frequencies
 
 
 @dataclass
-class Eagle3Config:
-    hidden_size: int
-    intermediate_size: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    rms_norm_eps: float
-    rope_theta: float
-    vocab_size: int  # the target's
-    draft_vocab: int  # tokens the head may propose
+class Eagle3Config(EagleConfig):
+    """EagleConfig's shape of the layer, plus what an EAGLE-3 head reads."""
+
     aux_layers: list[int] = field(default_factory=list)  # the target layers whose input it reads, low to high
     target_hidden_size: int = 0  # the target's hidden size (the fc reads 3 × it); 0: hidden_size
 
@@ -53,14 +47,11 @@ class Eagle3Config:
                    target.head_dim, target.rms_norm_eps, target.rope_theta, target.vocab_size,
                    min(draft_vocab, target.vocab_size), list(aux_layers), target.hidden_size)
 
-    def layer_config(self) -> ModelConfig:
-        return ModelConfig(vocab_size=self.vocab_size, hidden_size=self.hidden_size,
-                           intermediate_size=self.intermediate_size, num_layers=1, num_heads=self.num_heads,
-                           num_kv_heads=self.num_kv_heads, head_dim=self.head_dim, max_position_embeddings=1 << 20,
-                           rms_norm_eps=self.rms_norm_eps, rope_theta=self.rope_theta)
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+def default_aux_layers(num_layers: int) -> list[int]:
+    """The inputs of layers 2, L/2 and L − 3: what vLLM, SGLang and llama.cpp's converter capture by
+    default (kept inside the model's layers, without repeats, for models under 6 layers)."""
+    return sorted({min(2, num_layers - 1), num_layers // 2, max(0, num_layers - 3)})
 
 
 class Eagle3Layer(nn.Module):
@@ -108,10 +99,7 @@ class Eagle3Head(nn.Module):
 
     def rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """positions [B, T] -> cos, sin [B, 1, T, D]."""
-        angles = positions[..., None].float() * self.inv_freq  # [B, T, D/2]
-        angles = torch.cat((angles, angles), dim=-1)
-        dtype = self.norm.weight.dtype  # (a float parameter: the linears may be quantized)
-        return angles.cos().to(dtype)[:, None], angles.sin().to(dtype)[:, None]
+        return head_rope(self.inv_freq, positions, self.norm.weight.dtype)
 
     def forward(
         self,

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from specdec.errors import SpecdecError
+from specdec.heads.eagle3 import default_aux_layers
 
 KINDS = ("data", "eagle3", "eagle", "medusa", "draft")
 DEFAULT_LR = {"eagle3": 1e-3, "eagle": 1e-3, "medusa": 1e-3, "draft": 2e-4}
@@ -78,7 +79,7 @@ def aux_layers_for(text: str, num_layers: int) -> tuple[int, ...]:
     if text == "none":
         return ()
     if text == "auto":
-        return default_aux_layers(num_layers)
+        return tuple(default_aux_layers(num_layers))
     try:
         layers = tuple(int(x) for x in text.split(","))
     except ValueError:
@@ -86,11 +87,6 @@ def aux_layers_for(text: str, num_layers: int) -> tuple[int, ...]:
     if any(not 0 <= x < num_layers for x in layers) or len(set(layers)) != len(layers):
         raise SpecdecError(f"--aux-layers must be distinct layers in 0..{num_layers - 1}, got {text!r}")
     return layers
-
-
-def default_aux_layers(num_layers: int) -> tuple[int, ...]:
-    """The inputs of layers 2, L/2 and L − 3: what vLLM and SGLang capture for EAGLE-3 by default."""
-    return tuple(sorted({min(2, num_layers - 1), num_layers // 2, max(0, num_layers - 3)}))
 
 
 def check(args) -> None:

@@ -29,7 +29,6 @@ from specdec.train.loop import (
     Batch,
     data_info,
     default_checkpoint_dir,
-    draft_index,
     fit,
     native_bfloat16,
     prepare,
@@ -38,7 +37,6 @@ from specdec.train.loop import (
 from specdec.train.unroll import unrolled_predictions
 
 STEP_WEIGHT = 0.8  # block d's loss weighs STEP_WEIGHT ** d (EAGLE-3, SpecForge)
-IGNORE = -100
 
 
 class Eagle3Objective:
@@ -50,7 +48,6 @@ class Eagle3Objective:
         self.head_rows = head_rows  # [Vd, hidden]: the target's LM head rows of the draft vocabulary, frozen
         self.full_head = full_head  # [V, hidden]: the target's LM head (validation only)
         self.vocab_ids = head.vocab_ids  # [Vd]
-        self.to_draft = draft_index(self.vocab_ids, full_head.shape[0], IGNORE)  # [V] target id → draft index
 
     def __call__(self, batch: Batch, train: bool):
         """Training: (loss,). Validation: (loss, per-block correct [B, T'], per-block counted [B, T'],
