@@ -9,13 +9,19 @@ drafter trained on it.
     specdec train medusa --model smollm2-135m --data distill-data --out my-medusa
     specdec train draft --model smollm2-135m --data distill-data --out my-draft --layers 4
 
+Long-input tasks (summaries, answers from a text, retrieval over documents) made from the target's
+own answers in a first data folder, then a head trained further on both:
+
+    specdec train data --data long-data --passages distill-data --prompts 2000
+    specdec train eagle3 --data distill-data --more-data long-data --max-len 1024 --init my-eagle3 --out my-eagle3-long
+
 Both steps resume: the data is written in shards (a stopped run continues after the last complete
 one), training keeps a checkpoint (model and optimiser, safetensors) every few steps and at the end
 of each epoch, outside the output folder (`--checkpoint-dir`, default: a folder of the specdec cache
 named after --out; printed when training starts) and deleted once the result is written. For a
 run in the background, `--progress-file` keeps one JSON line with where it is (phase, done, total,
-rates, time left). The instructions come from a template generator (`instructions.py`), never from
-a benchmark set.
+rates, time left). The instructions come from a template generator (`instructions.py`) or from the
+target's own earlier answers (`--passages`), never from a benchmark set.
 """
 
 from __future__ import annotations
@@ -46,6 +52,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--progress-file", type=Path,
                    help="keep one JSON line here with the run's progress (for a run in the background)")
     p.add_argument("--prompts", type=int, default=2048, help="instructions to answer for the data (default 2048)")
+    p.add_argument("--passages", type=Path, metavar="DATA",
+                   help="make long-input tasks instead of the template instructions: summaries, answers from the "
+                        "text, retrieval over numbered documents, rewrites and translations of the target's own "
+                        "answers in the data folder DATA (made from the template instructions)")
+    p.add_argument("--more-data", type=Path, action="append", default=[], metavar="DATA",
+                   help="eagle3: train on this data folder too (already made, with the same aux layers); repeatable")
     p.add_argument("--max-new-tokens", type=int, default=192, help="longest answer in the data (default 192)")
     p.add_argument("--batch-size", type=int, default=16, help="answers generated together (default 16)")
     p.add_argument("--temperatures", default=DEFAULT_TEMPERATURES,
@@ -53,12 +65,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--aux-layers", default="auto",
                    help="layers whose input the data keeps for EAGLE-3 (comma-separated; default auto: 2, L/2, L-3 "
                         "as vLLM and SGLang capture; 'none' keeps only the final features)")
-    p.add_argument("--draft-vocab", type=int, default=8192, help="tokens the head may propose: the most frequent (default 8192)")
+    p.add_argument("--draft-vocab", type=int, help="tokens the head may propose: the most frequent (default 8192; "
+                                                   "with --init the head's own)")
     p.add_argument("--depth", type=int, default=3, help="eagle, eagle3: draft steps unrolled in training (default 3)")
     p.add_argument("--heads", type=int, default=4, help="medusa: number of heads, i.e. tokens guessed ahead (default 4)")
     p.add_argument("--layers", type=int, help="draft: the target's first layers the draft starts from "
                    "(default: a quarter of them, as early:L)")
     p.add_argument("--epochs", type=int, default=4)
+    p.add_argument("--max-len", type=int, default=384,
+                   help="training: sequences are cut to this many tokens (default 384; long-input data needs ~1024)")
+    p.add_argument("--init", type=Path, help="eagle3: a trained head to start from (train it further) instead of random weights")
     p.add_argument("--lr", type=float, help="peak learning rate (default: 1e-3 for heads, 2e-4 for a draft model)")
     p.add_argument("--seed", type=int, default=0, help="seeds the instructions, the answers, the split and the training")
     p.add_argument("--device", default="cpu")
@@ -90,8 +106,8 @@ def aux_layers_for(text: str, num_layers: int) -> tuple[int, ...]:
 
 
 def check(args) -> None:
-    for name in ("prompts", "max_new_tokens", "batch_size", "draft_vocab", "depth", "heads", "epochs"):
-        if getattr(args, name) < 1:
+    for name in ("prompts", "max_new_tokens", "batch_size", "draft_vocab", "depth", "heads", "epochs", "max_len"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             raise SpecdecError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if args.layers is not None and args.layers < 1:
         raise SpecdecError(f"--layers must be at least 1, got {args.layers}")
@@ -99,6 +115,9 @@ def check(args) -> None:
         raise SpecdecError(f"--lr must be positive, got {args.lr}")
     if args.kind != "data" and args.out is None:
         raise SpecdecError(f"`specdec train {args.kind}` needs --out: the folder for what it trains")
+    for option, value in (("--init", args.init), ("--more-data", args.more_data)):
+        if value and args.kind != "eagle3":
+            raise SpecdecError(f"{option} is for `specdec train eagle3`, not `specdec train {args.kind}`")
     parse_temperatures(args.temperatures)
 
 
@@ -124,7 +143,6 @@ def run(args, console) -> int:
 
     from specdec.runtime import load_model
     from specdec.train.distill import distill
-    from specdec.train.instructions import instructions
     from specdec.train.loop import default_checkpoint_dir
 
     check(args)
@@ -143,9 +161,10 @@ def run(args, console) -> int:
             status.write(force=done == total, phase="data", done=done, total=total, answer_tokens_this_run=tokens,
                          answer_tokens_per_second=round(rate, 1), seconds=round(seconds))
 
-        meta = distill(target, instructions(args.prompts, seed=args.seed), args.data, max_new_tokens=args.max_new_tokens,
-                       batch_size=args.batch_size, temperatures=parse_temperatures(args.temperatures), seed=args.seed,
-                       aux_layers=aux_layers, prompt_source=f"instructions(seed={args.seed})", progress=on_answer)
+        prompts, source = prompt_list(args, target)
+        meta = distill(target, prompts, args.data, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
+                       temperatures=parse_temperatures(args.temperatures), seed=args.seed, aux_layers=aux_layers,
+                       prompt_source=source, progress=on_answer)
     rate = meta["answer_tokens_per_second"]
     console.print(f"data: {meta['sequences']} sequences, {meta['answer_tokens']} answer tokens in {args.data}"
                   + (f" ({meta['answer_tokens_this_run']} made now at {rate} answer tokens/s)" if rate else ""))
@@ -169,21 +188,41 @@ def run(args, console) -> int:
     return 0
 
 
+def prompt_list(args, target) -> tuple[list[str], str]:
+    """The instructions to answer and how they were made (kept in the data's meta.json)."""
+    from specdec.train.distill import answer_passages
+    from specdec.train.instructions import instructions, passage_instructions
+
+    if args.passages is None:
+        return instructions(args.prompts, seed=args.seed), f"instructions(seed={args.seed})"
+    if args.passages.resolve() == args.data.resolve():
+        raise SpecdecError("--passages must name another data folder than --data (the one whose answers become passages)")
+    passages = answer_passages(args.passages, target.tokenizer)
+    try:
+        prompts = passage_instructions(passages, args.prompts, seed=args.seed)
+    except ValueError as e:
+        raise SpecdecError(f"--passages {args.passages}: {e}") from e
+    return prompts, f"passages({args.passages.name}, seed={args.seed})"
+
+
 def train(args, target, checkpoints: Path, on_step, console) -> dict:
     from specdec.train.draft import train_draft
     from specdec.train.eagle import train_eagle
     from specdec.train.eagle3 import train_eagle3
+    from specdec.train.loop import DEFAULT_DRAFT_VOCAB
     from specdec.train.medusa import train_medusa
 
-    common = dict(epochs=args.epochs, lr=args.lr or DEFAULT_LR[args.kind], seed=args.seed,
+    vocab = args.draft_vocab or DEFAULT_DRAFT_VOCAB
+    common = dict(epochs=args.epochs, lr=args.lr or DEFAULT_LR[args.kind], seed=args.seed, max_len=args.max_len,
                   checkpoint_dir=checkpoints, progress=on_step, log=console.print)
     if args.kind == "draft":
         return train_draft(target, args.data, args.out, layers=args.layers, **common)
     if args.kind == "eagle3":
-        return train_eagle3(target, args.data, args.out, depth=args.depth, draft_vocab=args.draft_vocab, **common)
+        return train_eagle3(target, args.data, args.out, depth=args.depth, draft_vocab=args.draft_vocab, init=args.init,
+                            more_data=args.more_data, **common)
     if args.kind == "eagle":
-        return train_eagle(target, args.data, args.out, depth=args.depth, draft_vocab=args.draft_vocab, **common)
-    return train_medusa(target, args.data, args.out, num_heads=args.heads, draft_vocab=args.draft_vocab, **common)
+        return train_eagle(target, args.data, args.out, depth=args.depth, draft_vocab=vocab, **common)
+    return train_medusa(target, args.data, args.out, num_heads=args.heads, draft_vocab=vocab, **common)
 
 
 def report(args, info: dict, console) -> None:

@@ -228,3 +228,44 @@ def distill(target, prompts: list[str], out_dir: Path, *, max_new_tokens: int = 
                 answer_tokens_per_second=round(counts["answer_tokens"] / seconds, 1) if todo and seconds else None)
     meta_path.write_text(json.dumps(meta, indent=1))
     return meta
+
+
+def read_answers(folder: Path) -> list[tuple[list[int], float]]:
+    """(answer token ids, temperature) of every sequence of a dataset folder, in order, without
+    reading its features."""
+    from safetensors import safe_open
+
+    out = []
+    for path in shard_paths(folder):
+        with safe_open(str(path), framework="pt") as shard:
+            tokens = shard.get_tensor("tokens").tolist()
+            offsets = shard.get_tensor("offsets").tolist()
+            starts = shard.get_tensor("answer_starts").tolist()
+            names = set(shard.keys())
+            temperatures = shard.get_tensor("temperatures").tolist() if "temperatures" in names else [0.0] * len(starts)
+        for i, start in enumerate(starts):
+            out.append((tokens[offsets[i] + start:offsets[i + 1]], temperatures[i]))
+    return out
+
+
+def answer_passages(folder: Path, tokenizer, *, min_tokens: int = 48, max_temperature: float = 0.7) -> list[tuple[str, str]]:
+    """(instruction, answer text) of a dataset made from the template instructions: passages for
+    long-input tasks (`instructions.passage_instructions`). Answers shorter than `min_tokens` or
+    sampled hotter than `max_temperature` are left out."""
+    from specdec.train.instructions import instructions
+
+    folder = Path(folder)
+    meta_path = folder / META
+    if not meta_path.is_file() or not shard_paths(folder):
+        raise SpecdecError(f"{folder} holds no self-distillation data: make it with `specdec train data --data {folder}`")
+    meta = json.loads(meta_path.read_text())
+    source = meta.get("prompt_source", "")
+    prefix = "instructions(seed="
+    if not source.startswith(prefix):
+        raise SpecdecError(f"{folder} was not made from the template instructions ({source!r}): its answers' "
+                           "instructions cannot be recovered; use a folder made without --passages")
+    answers = read_answers(folder)
+    questions = instructions(len(answers), seed=int(source[len(prefix):-1]))
+    return [(question, tokenizer.decode(ids, skip_special_tokens=True).strip())
+            for question, (ids, temperature) in zip(questions, answers)
+            if len(ids) >= min_tokens and temperature <= max_temperature]

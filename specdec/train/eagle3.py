@@ -22,10 +22,11 @@ import torch
 
 from specdec.errors import SpecdecError
 from specdec.heads.eagle3 import Eagle3Config, Eagle3Head
-from specdec.heads.files import save_head
+from specdec.heads.files import load_head, save_head
 from specdec.train.distill import META
 from specdec.train.eagle import chain_acceptance, chain_mat
 from specdec.train.loop import (
+    DEFAULT_DRAFT_VOCAB,
     Batch,
     data_info,
     default_checkpoint_dir,
@@ -107,39 +108,75 @@ def validate(objective: Eagle3Objective, val_batches: list[Batch]) -> dict:
             "alpha_t1_per_depth": [round(o / n, 4) if n else 0.0 for o, n in zip(overlap, positions)]}
 
 
-def train_eagle3(target, data_dir: Path, out_dir: Path, *, draft_vocab: int = 8192, depth: int = 3, epochs: int = 2,
+def train_eagle3(target, data_dir: Path, out_dir: Path, *, draft_vocab: int | None = None, depth: int = 3, epochs: int = 2,
                  lr: float = 1e-3, batch_tokens: int = 4096, max_len: int = 384, validation_share: float = 0.02,
                  seed: int = 0, checkpoint_every: int = 50, checkpoint_dir: Path | None = None, progress=None,
-                 log=print, mixed_precision: bool | None = None) -> dict:
-    """Train (or resume training) an EAGLE-3 head for `target` on the data in `data_dir` (made with
-    aux layers); the head is written to `out_dir` (head.safetensors + head.json), the checkpoints to
-    `checkpoint_dir` (default: `default_checkpoint_dir(out_dir)`), deleted once the head is written.
-    `mixed_precision` (default: where bfloat16 is native, `native_bfloat16`): bfloat16 products in the
-    training steps, 1.8× faster on an AVX-512 BF16 CPU (measured: 690 vs 390 tokens/s)."""
+                 log=print, mixed_precision: bool | None = None, init: Path | None = None,
+                 more_data: list[Path] = ()) -> dict:
+    """Train (or resume training) an EAGLE-3 head for `target` on the data in `data_dir` and
+    `more_data` (made with the same aux layers); the head is written to `out_dir` (head.safetensors
+    + head.json), the checkpoints to `checkpoint_dir` (default: `default_checkpoint_dir(out_dir)`),
+    deleted once the head is written. `mixed_precision` (default: where bfloat16 is native,
+    `native_bfloat16`): bfloat16 products in the training steps, 1.8× faster on an AVX-512 BF16 CPU
+    (measured: 690 vs 390 tokens/s). `init`: a trained head folder to start from instead of random
+    weights (more epochs, or new data); it keeps its draft vocabulary and must read the data's layers.
+    `draft_vocab`: its size (default 8192; with `init`, the head's)."""
     checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else default_checkpoint_dir(out_dir)
-    data = prepare(target, data_dir, out_dir, draft_vocab, validation_share, seed)
-    aux_layers = data_aux_layers(data_dir, data.train)
+    folders = [Path(data_dir), *map(Path, more_data)]
+    start = load_head(init, "eagle3", target) if init is not None else None
+    vocab_ids = None if start is None else vocabulary_of(start[1])
+    if vocab_ids is not None and draft_vocab not in (None, len(vocab_ids)):
+        raise SpecdecError(f"--init {init} drafts over its own {len(vocab_ids)}-token vocabulary, not --draft-vocab "
+                           f"{draft_vocab}: drop --draft-vocab, or start from scratch")
+    draft_vocab = draft_vocab or DEFAULT_DRAFT_VOCAB
+    data = prepare(target, folders if more_data else data_dir, out_dir, draft_vocab, validation_share, seed, vocab_ids)
+    aux_layers = data_aux_layers(folders, data.train)
     net = target.net
     config = Eagle3Config.for_target(net.config, len(data.vocab_ids), aux_layers)
     head = Eagle3Head(config).float()
     head.set_vocabulary(data.vocab_ids)
+    if start is not None:
+        start_from(head, init, *start)
     objective = Eagle3Objective(head, net.embed, data.head_rows, net.lm_head_weight().float(), depth)
     if mixed_precision is None:
         mixed_precision = native_bfloat16(net.device)
     result = fit(head, objective, lambda val: validate(objective, val), data.train, data.validation, checkpoint_dir,
                  epochs=epochs, lr=lr, batch_tokens=batch_tokens, max_len=max_len, seed=seed,
                  checkpoint_every=checkpoint_every, progress=progress, log=log, mixed_precision=mixed_precision)
-    info = {**data_info(target, data_dir, data), "depth": depth, "epochs": epochs, "lr": lr,
+    info = {**data_info(target, folders if more_data else data_dir, data), "depth": depth, "epochs": epochs, "lr": lr,
+            **({"init": str(init)} if init is not None else {}), "max_len": max_len,
             "batch_tokens": batch_tokens, "seed": seed, "mixed_precision": mixed_precision, **result}
     save_head(out_dir, "eagle3", config.to_dict(), head.state_dict(), info)
     remove_checkpoint(checkpoint_dir)
     return info
 
 
-def data_aux_layers(data_dir: Path, sequences) -> tuple[int, ...]:
-    """The aux layers the data was made with (its meta.json), checked against its features."""
-    layers = tuple(json.loads((Path(data_dir) / META).read_text()).get("aux_layers") or ())
+def vocabulary_of(weights: dict[str, torch.Tensor]) -> torch.Tensor:
+    """[Vd] the target ids of a saved head's draft vocabulary (from its d2t offsets)."""
+    offsets = weights["d2t"]
+    return torch.arange(len(offsets)) + offsets
+
+
+def start_from(head: Eagle3Head, folder: Path, meta: dict, weights: dict[str, torch.Tensor]) -> None:
+    """Load a trained head's weights (`load_head` of `folder`) into `head`, refusing one of another shape."""
+    theirs = Eagle3Config(**meta["config"])
+    if theirs != head.config:
+        raise SpecdecError(f"--init {folder}: its head reads layers {theirs.aux_layers} with hidden size "
+                           f"{theirs.hidden_size}, this data gives layers {head.config.aux_layers} and "
+                           f"{head.config.hidden_size}: start from scratch, or make the data with its --aux-layers")
+    head.load_state_dict({name: tensor.float() if tensor.is_floating_point() else tensor for name, tensor in weights.items()})
+
+
+def data_aux_layers(folders: list[Path], sequences) -> tuple[int, ...]:
+    """The aux layers the data was made with (each folder's meta.json; all alike), checked against
+    its features."""
+    made = {Path(f): tuple(json.loads((Path(f) / META).read_text()).get("aux_layers") or ()) for f in folders}
+    layers = made[Path(folders[0])]
     if not layers or sequences[0].aux_features is None:
-        raise SpecdecError(f"{data_dir} has no aux-layer features: make the data with `specdec train data` "
+        raise SpecdecError(f"{folders[0]} has no aux-layer features: make the data with `specdec train data` "
                            "(--aux-layers auto) to train an EAGLE-3 head")
+    for folder, theirs in made.items():
+        if theirs != layers:
+            raise SpecdecError(f"{folder} was made with aux layers {list(theirs)}, {folders[0]} with {list(layers)}: "
+                               "train on data made with the same --aux-layers")
     return layers

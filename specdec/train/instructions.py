@@ -124,3 +124,48 @@ def instructions(count: int, seed: int = 0) -> list[str]:
             seen.add(text)
             out.append(text)
     return out
+
+
+# Long-input tasks over passages (the target's own earlier answers): what summarization, retrieval-
+# augmented answering and document rewriting look like to a drafter: a long user turn whose words
+# the answer reuses. `question` is the instruction a passage answered.
+PASSAGE_TEMPLATES = [
+    lambda r, p, q: f"Summarize the following text in {r.choice(['one sentence', 'two sentences', 'three sentences', 'a short paragraph', 'a few bullet points'])}.\n\n{p}",
+    lambda r, p, q: f"{p}\n\nSummarize the text above for {r.choice(AUDIENCES)}.",
+    lambda r, p, q: f"Read the passage and answer the question.\n\nPassage: {p}\n\nQuestion: {q}",
+    lambda r, p, q: f"List the key points of this text.\n\n{p}",
+    lambda r, p, q: f"Give this text a title and explain its main idea in one sentence.\n\n{p}",
+    lambda r, p, q: f"Rewrite the following text for {r.choice(AUDIENCES)}, keeping its facts.\n\n{p}",
+    lambda r, p, q: f"Translate the following text into {r.choice(LANGUAGES)}.\n\n{p}",
+    lambda r, p, q: f"What questions does this text answer? List three, with their answers from the text.\n\n{p}",
+]
+
+
+def passage_instructions(passages: list[tuple[str, str]], count: int, seed: int = 0) -> list[str]:
+    """`count` distinct long-input instructions over `passages` ((question, text) pairs: an
+    instruction and the target's answer to it), the same list for the same seed: one passage with a
+    task (summarize, answer from it, list its points, rewrite, translate), or several passages as
+    numbered documents with one passage's question (retrieval-augmented answering)."""
+    if len(passages) < 3:
+        raise ValueError(f"long-input instructions need at least 3 passages, got {len(passages)}")
+    rng = random.Random(seed)
+    seen: set[str] = set()
+    out: list[str] = []
+    attempts = 0
+    while len(out) < count:
+        attempts += 1
+        if attempts > 50 * count + 1000:
+            raise ValueError(f"{len(passages)} passages cannot make {count} distinct instructions; ask for fewer")
+        if rng.random() < 0.3:
+            chosen = rng.sample(passages, rng.choice([2, 3]))
+            question = chosen[0][0]
+            rng.shuffle(chosen)
+            documents = "\n\n".join(f"Document {i + 1}: {text}" for i, (_, text) in enumerate(chosen))
+            text = f"Answer the question using the documents below.\n\n{documents}\n\nQuestion: {question}"
+        else:
+            question, passage = rng.choice(passages)
+            text = rng.choice(PASSAGE_TEMPLATES)(rng, passage, question)
+        if text not in seen:
+            seen.add(text)
+            out.append(text)
+    return out

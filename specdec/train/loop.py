@@ -37,6 +37,9 @@ class Batch:
     aux: torch.Tensor | None = None  # [B, T, layers × hidden] float32: the inputs of the aux layers (EAGLE-3)
 
 
+DEFAULT_DRAFT_VOCAB = 8192  # tokens a head drafts over by default: the most frequent answer tokens
+
+
 @dataclass
 class Prepared:
     train: list[Sequence]
@@ -46,17 +49,29 @@ class Prepared:
     head_rows: torch.Tensor  # [Vd, hidden] float32: the target's LM head rows of those ids (frozen)
 
 
-def load_split(data_dir: Path, out_dir: Path, validation_share: float, seed: int) -> tuple[list[Sequence], list[Sequence]]:
-    """What every training starts from: the output folder made, torch seeded, the data split."""
+def load_split(data_dir: Path | list[Path], out_dir: Path, validation_share: float,
+               seed: int) -> tuple[list[Sequence], list[Sequence]]:
+    """What every training starts from: the output folder made, torch seeded, the data split (each
+    folder of a list on its own, so a folder's held-out sequences stay the same beside others)."""
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
-    return split(load_sequences(data_dir), validation_share, seed)
+    train_seqs, val_seqs = [], []
+    for folder in data_dir if isinstance(data_dir, list) else [data_dir]:
+        train_part, val_part = split(load_sequences(folder), validation_share, seed)
+        train_seqs += train_part
+        val_seqs += val_part
+    return train_seqs, val_seqs
 
 
-def prepare(target, data_dir: Path, out_dir: Path, draft_vocab: int, validation_share: float, seed: int) -> Prepared:
-    """What every head's training starts from: `load_split`, the draft vocabulary and its LM head rows."""
+def prepare(target, data_dir: Path | list[Path], out_dir: Path, draft_vocab: int, validation_share: float, seed: int,
+            vocab_ids: torch.Tensor | None = None) -> Prepared:
+    """What every head's training starts from: `load_split`, the draft vocabulary (the most frequent
+    answer tokens, or `vocab_ids` [Vd]: a head trained further keeps its own) and its LM head rows."""
     train_seqs, val_seqs = load_split(data_dir, out_dir, validation_share, seed)
-    vocab_ids, coverage = draft_vocabulary(train_seqs, draft_vocab, list(target.eos_token_ids))
+    if vocab_ids is None:
+        vocab_ids, coverage = draft_vocabulary(train_seqs, draft_vocab, list(target.eos_token_ids))
+    else:
+        coverage = vocabulary_coverage(train_seqs, vocab_ids)
     return Prepared(train_seqs, val_seqs, vocab_ids, coverage, target.net.lm_head_weight()[vocab_ids].float().clone())
 
 
@@ -71,6 +86,13 @@ def draft_vocabulary(sequences: list[Sequence], size: int, always: list[int]) ->
     return torch.tensor(sorted(chosen)), covered
 
 
+def vocabulary_coverage(sequences: list[Sequence], vocab_ids: torch.Tensor) -> float:
+    """The share of the sequences' answer tokens inside the draft vocabulary `vocab_ids` [Vd]."""
+    inside = set(vocab_ids.tolist())
+    answers = [t for s in sequences for t in s.tokens[s.answer_start:]]
+    return sum(t in inside for t in answers) / len(answers) if answers else 0.0
+
+
 def draft_index(vocab_ids: torch.Tensor, vocab_size: int, missing: int) -> torch.Tensor:
     """[V]: each target id's index in the draft vocabulary, `missing` for ids outside it (labels to ignore)."""
     index = torch.full((vocab_size,), missing, dtype=torch.long)
@@ -78,9 +100,9 @@ def draft_index(vocab_ids: torch.Tensor, vocab_size: int, missing: int) -> torch
     return index
 
 
-def data_info(target, data_dir: Path, data: Prepared) -> dict:
+def data_info(target, data_dir: Path | list[Path], data: Prepared) -> dict:
     """What head.json records about the data a head was trained on."""
-    return {"target": target.name, "data": str(data_dir),
+    return {"target": target.name, "data": [str(d) for d in data_dir] if isinstance(data_dir, list) else str(data_dir),
             "sequences": {"train": len(data.train), "validation": len(data.validation)},
             "draft_vocab_coverage": round(data.coverage, 4)}
 

@@ -1,0 +1,107 @@
+"""Training a head further: long-input instructions made from the target's own answers
+(`--passages`), a head started from a trained one (`--init`), and training on several data folders
+(`--more-data`), on the tiny model through the command line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from specdec.cli import main
+from specdec.train.distill import answer_passages, load_sequences, read_answers
+from specdec.train.instructions import instructions, passage_instructions
+
+PASSAGES = [(f"question {i}?", f"passage {i} " + "word " * 20) for i in range(5)]
+
+
+def test_passage_instructions_are_long_inputs_repeatable_and_distinct():
+    made = passage_instructions(PASSAGES, 40, seed=3)
+    assert made == passage_instructions(PASSAGES, 40, seed=3) and made != passage_instructions(PASSAGES, 40, seed=4)
+    assert len(set(made)) == 40
+    assert all(any(text in prompt for _, text in PASSAGES) for prompt in made)  # every one carries a passage
+    documents = [p for p in made if p.startswith("Answer the question using the documents below.")]
+    assert documents and all("Document 2: " in p and "\n\nQuestion: question " in p for p in documents)
+    with pytest.raises(ValueError, match="at least 3 passages"):
+        passage_instructions(PASSAGES[:2], 5)
+    with pytest.raises(ValueError, match="cannot make 10000 distinct"):
+        passage_instructions(PASSAGES[:3], 10_000)
+
+
+def data(folder, out, *extra):
+    return ["train", "data", "--model", str(folder), "--data", str(out), "--max-new-tokens", "64", "--aux-layers", "0,1",
+            "--batch-size", "4", *extra]
+
+
+def test_long_inputs_from_passages_then_a_head_trained_further_on_both(tiny_folder, tiny_target, tmp_path, capsys):
+    first, long_data = tmp_path / "first", tmp_path / "long"
+    assert main(data(tiny_folder, first, "--prompts", "12")) == 0
+    passages = answer_passages(first, tiny_target.tokenizer)
+    answers = read_answers(first)
+    kept = [i for i, (ids, temperature) in enumerate(answers) if len(ids) >= 48 and temperature <= 0.7]
+    assert len(passages) == len(kept) >= 3  # long greedy or T = 0.7 answers only
+    questions = instructions(12, seed=0)
+    assert [q for q, _ in passages] == [questions[i] for i in kept]  # each with the instruction it answered
+    assert passages[0][1] == tiny_target.tokenizer.decode(answers[kept[0]][0]).strip()
+
+    assert main(data(tiny_folder, long_data, "--prompts", "6", "--passages", str(first))) == 0
+    meta = json.loads((long_data / "meta.json").read_text())
+    assert meta["prompt_source"] == "passages(first, seed=0)" and meta["sequences"] == 6
+    made = load_sequences(long_data)
+    texts = [tiny_target.tokenizer.decode(s.tokens[:s.answer_start]) for s in made]
+    assert all(any(text in prompt for _, text in passages) for prompt in texts)  # the prompts hold the passages
+    assert min(s.answer_start for s in made) > min(len(ids) for ids, _ in answers if len(ids) >= 48)  # long inputs
+
+    head, further = tmp_path / "head", tmp_path / "further"
+    common = ["--model", str(tiny_folder), "--data", str(first), "--max-new-tokens", "64", "--aux-layers", "0,1",
+              "--epochs", "1", "--depth", "2"]
+    assert main(["train", "eagle3", *common, "--prompts", "12", "--out", str(head), "--draft-vocab", "48"]) == 0
+    capsys.readouterr()
+    weights = load_file(str(head / "head.safetensors"))  # marked: a fresh start (same seed) would not carry this
+    weights["fc.weight"] = weights["fc.weight"] + 1.0
+    save_file(weights, str(head / "head.safetensors"))
+    assert main(["train", "eagle3", *common, "--prompts", "12", "--out", str(further), "--init", str(head),
+                 "--more-data", str(long_data), "--max-len", "1024"]) == 0
+    info = json.loads((further / "head.json").read_text())
+    assert info["data"] == [str(first), str(long_data)] and info["init"] == str(head) and info["max_len"] == 1024
+    assert info["sequences"]["train"] + info["sequences"]["validation"] == 18
+    before, after = load_file(str(head / "head.safetensors")), load_file(str(further / "head.safetensors"))
+    assert torch.equal(before["d2t"], after["d2t"]) and torch.equal(before["t2d"], after["t2d"])  # its vocabulary kept
+    assert not torch.equal(before["fc.weight"], after["fc.weight"])  # trained further, from the head's weights
+    moved = (after["fc.weight"].float() - before["fc.weight"].float()).norm() / before["fc.weight"].float().norm()
+    assert moved < 0.1, moved  # without the marked start it would be ~1 apart
+
+
+def test_training_further_refuses_what_does_not_fit(tiny_folder, tmp_path, capsys):
+    first = tmp_path / "first"
+    assert main(data(tiny_folder, first, "--prompts", "12")) == 0
+    head = tmp_path / "head"
+    common = ["--model", str(tiny_folder), "--data", str(first), "--prompts", "12", "--max-new-tokens", "64",
+              "--aux-layers", "0,1", "--epochs", "1", "--depth", "2"]
+    assert main(["train", "eagle3", *common, "--out", str(head), "--draft-vocab", "48"]) == 0
+    capsys.readouterr()
+
+    def refused(args: list[str]) -> str:
+        assert main(args) == 1  # an error of the input: a message, no traceback
+        return capsys.readouterr().err
+
+    assert "drafts over its own 48-token vocabulary, not --draft-vocab 40" in refused(
+        ["train", "eagle3", *common, "--out", str(tmp_path / "x"), "--init", str(head), "--draft-vocab", "40"])
+    assert "--init is for `specdec train eagle3`, not `specdec train medusa`" in refused(
+        ["train", "medusa", *common, "--out", str(tmp_path / "x"), "--init", str(head)])
+    words = tmp_path / "words"
+    assert main(["train", "data", "--model", str(tiny_folder), "--data", str(words), "--prompts", "4",
+                 "--max-new-tokens", "8", "--aux-layers", "none"]) == 0
+    capsys.readouterr()
+    assert "was made with aux layers [], " in refused(
+        ["train", "eagle3", *common, "--out", str(tmp_path / "x"), "--more-data", str(words)])
+    assert "--passages must name another data folder than --data" in refused(data(tiny_folder, first, "--passages", str(first)))
+    assert "holds no self-distillation data" in refused(data(tiny_folder, tmp_path / "y", "--passages", str(tmp_path / "z")))
+    long_data = tmp_path / "long"
+    assert main(data(tiny_folder, long_data, "--prompts", "4", "--passages", str(first))) == 0
+    capsys.readouterr()
+    assert "was not made from the template instructions" in refused(
+        data(tiny_folder, tmp_path / "y", "--prompts", "4", "--passages", str(long_data)))
+
