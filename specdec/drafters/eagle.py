@@ -16,6 +16,7 @@ its own norm and LM head.
 from __future__ import annotations
 
 import copy
+import functools
 from pathlib import Path
 
 import torch
@@ -26,6 +27,7 @@ from specdec.errors import ConfigError
 from specdec.heads.eagle import EagleConfig, EagleHead
 from specdec.heads.eagle3 import Eagle3Config, Eagle3Head
 from specdec.heads.files import load_module
+from specdec.runtime.kernels import invariant_kernels
 from specdec.runtime.kv_cache import StaticKVCache
 from specdec.runtime.llama import LlamaModel, cache_attention_mask
 from specdec.runtime.quant import quantize_linears, runs_quantized
@@ -64,12 +66,15 @@ class EagleDrafter(Drafter):
         self.name = name
         self.vocab_ids = head.vocab_ids  # [Vd] target ids
         quantized = runs_quantized(self.net)  # then so does the head: a draft step costs what its weights' bytes do
+        self.kernels = self.layer_weights = None  # an EAGLE-3 head's layer in one kernel call, where it is quantized
         if isinstance(head, Eagle3Head):
             self.feature_layers = tuple(head.config.aux_layers)
             self.feature_size = len(self.feature_layers) * head.config.target_hidden_size
             if quantized:
                 head = quantize_linears(copy.deepcopy(head))
-            self.draft_logits = head.logits
+                self.kernels = invariant_kernels()
+                self.layer_weights = head.kernel_weights() if self.kernels is not None else None
+            self.draft_logits = functools.partial(head.logits, kernels=self.kernels)
         else:
             self.feature_size = head.config.hidden_size
             rows = nn.Linear(head.config.hidden_size, len(self.vocab_ids), bias=False)  # the target's LM head rows
@@ -91,6 +96,9 @@ class EagleDrafter(Drafter):
         c = self.head.config
         room = max_len + 1 + self.max_nodes * self.top_k  # committed pairs, then a chain or the tree's expanded nodes
         self.cache = StaticKVCache(1, c.num_kv_heads, c.head_dim, room, device=self.net.device, dtype=self.net.dtype)
+        if self.layer_weights is not None:  # RoPE of every slot, once: [room, D] each
+            cos, sin = self.head.rope(torch.arange(room, device=self.net.device)[None])
+            self.rope_table = (cos[0, 0].contiguous(), sin[0, 0].contiguous())
         self.features = torch.zeros(max_len, self.feature_size, device=self.net.device, dtype=self.net.dtype)
         self.known = 0
 
@@ -110,6 +118,8 @@ class EagleDrafter(Drafter):
         device = self.net.device
         past, n = self.cache.length, len(ids)
         self.cache.reserve(n)
+        if positions is None and self.layer_weights is not None:
+            return self._feed_chain_fused(features, ids)
         if positions is None:
             position_ids = torch.arange(past, past + n, device=device)[None]  # [1, n]
             causal = past == 0 and n > 1
@@ -121,6 +131,20 @@ class EagleDrafter(Drafter):
             mask = torch.cat((committed, tree_mask.to(device)), dim=1)[None, None]  # [1, 1, n, past + n]
         embeds = self.net.embed(torch.tensor([ids], device=device))  # [1, n, hidden]
         predicted = self.head(features[None], embeds, position_ids, self.cache, mask, causal)[0]  # [n, hidden]
+        self.cache.advance(n)
+        return predicted, self.draft_logits(predicted)
+
+    def _feed_chain_fused(self, features: torch.Tensor, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """`_feed` of a chain for a quantized EAGLE-3 head: its layer in one kernel call (`eagle3_layer`,
+        the kernels' attention instead of SDPA; tested against the module path)."""
+        past, n, c = self.cache.length, len(ids), self.head.config
+        embeds = self.net.embed(torch.tensor(ids, device=self.net.device))  # [n, hidden]
+        if features.shape[-1] != c.hidden_size:
+            features = self.head.fc(features)  # [n, 3 Ht] -> [n, hidden]
+        cos, sin = self.rope_table
+        predicted = self.kernels.eagle3_layer(embeds, features, self.layer_weights, cos[past:past + n],
+                                              sin[past:past + n], self.cache.keys, self.cache.values, past,
+                                              c.rms_norm_eps, c.num_heads, c.num_kv_heads)  # [n, hidden]
         self.cache.advance(n)
         return predicted, self.draft_logits(predicted)
 

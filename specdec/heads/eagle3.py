@@ -25,6 +25,7 @@ from torch import nn
 from specdec.heads.eagle import EagleConfig, head_rope
 from specdec.runtime.config import ModelConfig
 from specdec.runtime.llama import MLP, Attention, RMSNorm, rope_inverse_frequencies
+from specdec.runtime.quant import QuantizedLinear
 
 
 @dataclass
@@ -115,5 +116,17 @@ class Eagle3Head(nn.Module):
         cos, sin = self.rope(positions)
         return self.midlayer(features, next_embeds, cos, sin, cache, mask, causal)
 
-    def logits(self, h: torch.Tensor) -> torch.Tensor:  # [..., H] -> [..., Vd]
-        return self.lm_head(self.norm(h))
+    def logits(self, h: torch.Tensor, kernels=None) -> torch.Tensor:  # [..., H] -> [..., Vd]
+        return self.lm_head(self.norm(h, kernels))
+
+    def kernel_weights(self) -> list[torch.Tensor] | None:
+        """The layer's weights as the `eagle3_layer` kernel takes them (see layer.cpp), when its
+        linears are quantized (`quantize_linears`, beside a quantized target); else None."""
+        layer = self.midlayer
+        linears = (layer.self_attn.qkv, layer.self_attn.o, layer.mlp.gate_up, layer.mlp.down)
+        if not all(isinstance(linear, QuantizedLinear) for linear in linears) or any(
+                linear.bias is not None for linear in linears[1:]):
+            return None
+        bias = linears[0].bias if linears[0].bias is not None else torch.empty(0)
+        return [layer.input_layernorm.weight.detach(), layer.hidden_norm.weight.detach(), linears[0].packed, bias,
+                linears[1].packed, layer.post_attention_layernorm.weight.detach(), linears[2].packed, linears[3].packed]

@@ -4,7 +4,7 @@
   recipe, so a row of a k-token pass equals a one-token pass at the same position bit for bit;
 - `quant_gemm.cpp`: linear layers on 4- and 8-bit weights with 8-bit rows, a weight tile
   unpacked once for all rows (flat verification), row-invariant too;
-- `layer.cpp`: all decoder layers of a pass in one call.
+- `layer.cpp`: all decoder layers of a pass in one call, and an EAGLE-3 head's layer in one call.
 
 They are compiled with the machine's compiler the first time they are needed (about a minute;
 announced on stderr) and cached under the specdec cache folder, keyed by torch's version, the

@@ -510,6 +510,9 @@ torch::Tensor decoder_layers(torch::Tensor x, const std::vector<torch::Tensor>& 
                              const std::vector<torch::Tensor>& values, const std::vector<int64_t>& pasts,
                              const std::vector<int64_t>& tokens, const std::vector<torch::Tensor>& tree_masks,
                              double eps, int64_t heads, int64_t kv_heads);
+torch::Tensor eagle3_layer(torch::Tensor embeds, torch::Tensor hidden, const std::vector<torch::Tensor>& weights,
+                           torch::Tensor cos, torch::Tensor sin, torch::Tensor keys, torch::Tensor values, int64_t past,
+                           double eps, int64_t heads, int64_t kv_heads);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rms_norm", &rms_norm, "row-wise RMSNorm in a fixed order");
@@ -520,5 +523,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("pack_quant_weights", &pack_quant_weights, "codes, scales (and 4-bit offsets) into quant_linear's layout",
         py::arg("codes"), py::arg("scales"), py::arg("offsets") = py::none());
   m.def("quant_linear_path", &quant_linear_path, "the instruction set quant_linear was built for");
+  m.def("eagle3_layer", &eagle3_layer, "an EAGLE-3 head's decoder layer over new pairs of one sequence (quantized linears), in one call");
   m.def("decoder_layers", &decoder_layers, "the decoder layers of one pass over segments of rows, each with its own cache (quantized linears), in one call");
 }

@@ -59,6 +59,23 @@ void rope_and_store(const torch::Tensor& qkv, const torch::Tensor& cos, const to
   }
 }
 
+// The rest of a decoder layer once its qkv [N, (H + 2 Hkv) D] is computed: RoPE and the cache
+// writes, attention, the output projection onto the residual `stream` [N, hidden], then the MLP with
+// its norm. w: o (packed), mlp norm, gate_up (packed), down (packed). Returns the new stream.
+torch::Tensor attend_and_mix(const torch::Tensor& stream, const torch::Tensor& qkv, const torch::Tensor* w,
+                             const torch::Tensor& cos, const torch::Tensor& sin, torch::Tensor& q,
+                             const std::vector<torch::Tensor>& keys, const std::vector<torch::Tensor>& values,
+                             int64_t layer, const std::vector<int64_t>& pasts, const std::vector<int64_t>& starts,
+                             const std::vector<int64_t>& tokens, const std::vector<torch::Tensor>& masks, double eps,
+                             int64_t heads, int64_t kv_heads, int64_t dim) {
+  const int64_t rows = stream.size(0);
+  rope_and_store(qkv, cos, sin, q, keys, values, layer, pasts, starts, heads, kv_heads, dim);
+  torch::Tensor attended = attention_segments(q, keys, values, layer, pasts, tokens, masks)  // [N, H, D]
+                               .view({rows, heads * dim});
+  torch::Tensor mixed = stream + quant_linear(attended, w[0]);
+  return mixed + quant_linear(silu_mul(quant_linear(rms_norm(mixed, w[1], eps), w[2])), w[3]);
+}
+
 }  // namespace
 
 // The rows of a pass are segments, one per sequence: segment b has tokens [start_b, start_b + T_b) of
@@ -102,12 +119,35 @@ torch::Tensor decoder_layers(torch::Tensor x, const std::vector<torch::Tensor>& 
     const torch::Tensor* w = layer_weights.data() + l * kWeightsPerLayer;
     torch::Tensor qkv = quant_linear(rms_norm(stream, w[0], eps), w[1]);  // [N, (H + 2 Hkv) D]
     if (w[2].numel()) qkv.add_(w[2]);
-    qkv = qkv.contiguous();
-    rope_and_store(qkv, cos, sin, q, keys, values, l, pasts, starts, heads, kv_heads, dim);
-    torch::Tensor attended = attention_segments(q, keys, values, l, pasts, tokens, masks)  // [N, H, D]
-                                 .view({rows, heads * dim});
-    stream = stream + quant_linear(attended, w[3]);
-    stream = stream + quant_linear(silu_mul(quant_linear(rms_norm(stream, w[4], eps), w[5])), w[6]);
+    stream = attend_and_mix(stream, qkv.contiguous(), w + 3, cos, sin, q, keys, values, l, pasts, starts, tokens, masks,
+                            eps, heads, kv_heads, dim);
   }
   return stream;
+}
+
+// The EAGLE-3 head's layer (heads/eagle3.py, Eagle3Layer) over n new pairs of one sequence, causal
+// among them, after the `past` pairs in its cache (keys, values: [1, 1, Hkv, S, D]): q, k and v from
+// [input_layernorm(embeds) ; hidden_norm(hidden)] (2 H wide), the residual is `hidden`; then the
+// attention, post-attention norm and MLP as a decoder layer's. embeds, hidden: [n, H] float32;
+// weights: input_layernorm, hidden_norm, qkv (packed), qkv bias (or empty), o (packed),
+// post_attention_layernorm, gate_up (packed), down (packed); cos, sin: [n, D]. Returns the layer's
+// output h [n, H] (before the head's final norm). The same kernels, in the same order, as the Python
+// layer run on a quantized head, in one call instead of some 40 operations.
+torch::Tensor eagle3_layer(torch::Tensor embeds, torch::Tensor hidden, const std::vector<torch::Tensor>& weights,
+                           torch::Tensor cos, torch::Tensor sin, torch::Tensor keys, torch::Tensor values, int64_t past,
+                           double eps, int64_t heads, int64_t kv_heads) {
+  TORCH_CHECK(weights.size() == 8, "eagle3_layer wants 8 weights");
+  TORCH_CHECK(embeds.dim() == 2 && hidden.sizes() == embeds.sizes(), "eagle3_layer wants embeds and hidden [n, H]");
+  TORCH_CHECK(keys.is_contiguous() && values.is_contiguous() && keys.dim() == 5 && keys.size(2) == kv_heads &&
+              values.sizes() == keys.sizes(), "eagle3_layer wants a contiguous cache [1, 1, Hkv, S, D]");
+  const int64_t rows = embeds.size(0), dim = keys.size(4);
+  TORCH_CHECK(past >= 0 && past + rows <= keys.size(3), "eagle3_layer: the new pairs lie past the cache");
+  const std::vector<torch::Tensor> key_list{keys}, value_list{values}, masks{torch::empty({0}, torch::kBool)};  // causal
+  const std::vector<int64_t> pasts{past}, tokens{rows}, starts{0, rows};
+  torch::Tensor x = torch::cat({rms_norm(embeds, weights[0], eps), rms_norm(hidden, weights[1], eps)}, 1);  // [n, 2H]
+  torch::Tensor qkv = quant_linear(x, weights[2]);  // [n, (H + 2 Hkv) D]
+  if (weights[3].numel()) qkv.add_(weights[3]);
+  torch::Tensor q = torch::empty({rows, heads, dim}, hidden.options());  // [n, H, D]
+  return attend_and_mix(hidden.contiguous(), qkv.contiguous(), weights.data() + 4, cos.contiguous(), sin.contiguous(),
+                        q, key_list, value_list, 0, pasts, starts, tokens, masks, eps, heads, kv_heads, dim);
 }
