@@ -139,7 +139,7 @@ def test_greedy_speculative_equals_plain_on_real_prompts(smollm, early_layers_dr
 
 @pytest.mark.parametrize("spec", ["suffix", "eagle3", "eagle3-chain", "eagle", "eagle-tree", "medusa", "auto"])
 def test_greedy_speculative_equals_plain_for_every_drafter(smollm, spec):
-    """The shipped EAGLE-3, EAGLE and Medusa heads (chains and trees; the heads' linears 8-bit beside the
+    """The shipped EAGLE-3, EAGLE and Medusa heads (chains and trees; the heads' linears 4-bit beside the
     int4 target), suffix drafting and the policy choosing among drafters (the shipped EAGLE-3 head
     among them), on the default model's quantized runtime: every greedy output equals plain decoding's."""
     from specdec.drafters import build_drafters

@@ -30,7 +30,7 @@ from specdec.heads.files import load_module
 from specdec.runtime.kernels import invariant_kernels
 from specdec.runtime.kv_cache import StaticKVCache
 from specdec.runtime.llama import LlamaModel, cache_attention_mask
-from specdec.runtime.quant import quantize_linears, runs_quantized
+from specdec.runtime.quant import quantize_linears, quantized_bits
 from specdec.sampling import SamplingParams, logits_to_probs
 
 
@@ -65,13 +65,15 @@ class EagleDrafter(Drafter):
         self.net = target.net
         self.name = name
         self.vocab_ids = head.vocab_ids  # [Vd] target ids
-        quantized = runs_quantized(self.net)  # then so does the head: a draft step costs what its weights' bytes do
+        # beside a quantized target the head's linears are quantized as finely (4-bit beside a Q4 GGUF): a
+        # draft step costs what its weights' bytes do
+        bits = quantized_bits(self.net)
         self.kernels = self.layer_weights = None  # an EAGLE-3 head's layer in one kernel call, where it is quantized
         if isinstance(head, Eagle3Head):
             self.feature_layers = tuple(head.config.aux_layers)
             self.feature_size = len(self.feature_layers) * head.config.target_hidden_size
-            if quantized:
-                head = quantize_linears(copy.deepcopy(head))
+            if bits:
+                head = quantize_linears(copy.deepcopy(head), bits)
                 self.kernels = invariant_kernels()
                 self.layer_weights = head.kernel_weights() if self.kernels is not None else None
             self.draft_logits = functools.partial(head.logits, kernels=self.kernels)
@@ -79,9 +81,9 @@ class EagleDrafter(Drafter):
             self.feature_size = head.config.hidden_size
             rows = nn.Linear(head.config.hidden_size, len(self.vocab_ids), bias=False)  # the target's LM head rows
             rows.weight = nn.Parameter(self.net.lm_head_weight()[self.vocab_ids].detach().clone(), requires_grad=False)
-            if quantized:
-                head = quantize_linears(copy.deepcopy(head))
-                rows = quantize_linears(rows)
+            if bits:
+                head = quantize_linears(copy.deepcopy(head), bits)
+                rows = quantize_linears(rows, bits)
             self.draft_logits = rows  # [n, hidden] -> [n, Vd]
         self.head = head
         if tree_budget < 0 or top_k < 1:

@@ -190,26 +190,30 @@ def gguf_blocks(type_name: str, data: np.ndarray, rows: int, cols: int) -> Int4C
     raise ValueError(f"no exact layout for GGUF type {type_name}")
 
 
-def quantize_linears(module: nn.Module) -> nn.Module:
+def quantize_linears(module: nn.Module, bits: int = 8) -> nn.Module:
     """`module` with every nn.Linear inside it (or itself) whose shape the kernel takes replaced, in
-    place, by an 8-bit QuantizedLinear (symmetric, groups of 32: like Q8_0). For small drafting
-    networks (EAGLE heads) that run beside a quantized target: one of their steps reads its weights
-    once, so float32 weights make a step cost what their bytes cost."""
+    place, by a QuantizedLinear of `bits` (8: symmetric, like Q8_0; 4: asymmetric, like Q4_1; groups
+    of 32). For small drafting networks (EAGLE heads) that run beside a quantized target: one of their
+    steps reads its weights once, so float32 weights make a step cost what their bytes cost."""
+    if bits not in (4, 8):
+        raise ValueError(f"quantize_linears makes 4- or 8-bit weights, not {bits}-bit")
     if isinstance(module, nn.Linear):
-        return _quantized(module)
+        return _quantized(module, bits)
     for parent in list(module.modules()):
         for name, child in list(parent.named_children()):
             if isinstance(child, nn.Linear):
-                setattr(parent, name, _quantized(child))
+                setattr(parent, name, _quantized(child, bits))
     return module
 
 
-def _quantized(linear: nn.Linear) -> nn.Module:
+def _quantized(linear: nn.Linear, bits: int) -> nn.Module:
     if linear.in_features % GROUP or linear.out_features % TILE:
         return linear  # a shape the kernel does not take stays float
-    return QuantizedLinear(quantize_int8(linear.weight), None if linear.bias is None else linear.bias.detach())
+    codes = quantize_int4(linear.weight) if bits == 4 else quantize_int8(linear.weight)
+    return QuantizedLinear(codes, None if linear.bias is None else linear.bias.detach())
 
 
-def runs_quantized(model: nn.Module) -> bool:
-    """Whether some linear layer of `model` runs on the quantized kernel."""
-    return any(isinstance(m, QuantizedLinear) for m in model.modules())
+def quantized_bits(model: nn.Module) -> int | None:
+    """The fewest bits among `model`'s quantized linear layers (4 for a Q4 GGUF), None if none is."""
+    bits = [m.bits for m in model.modules() if isinstance(m, QuantizedLinear)]
+    return min(bits) if bits else None
