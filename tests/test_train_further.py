@@ -97,6 +97,8 @@ def test_training_further_refuses_what_does_not_fit(tiny_folder, tmp_path, capsy
     capsys.readouterr()
     assert "was made with aux layers [], " in refused(
         ["train", "eagle3", *common, "--out", str(tmp_path / "x"), "--more-data", str(words)])
+    assert "--more-data " + str(tmp_path / "nothing") + ": no self-distillation data there" in refused(
+        ["train", "eagle3", *common, "--out", str(tmp_path / "x"), "--more-data", str(tmp_path / "nothing")])
     assert "--passages must name another data folder than --data" in refused(data(tiny_folder, first, "--passages", str(first)))
     assert "holds no self-distillation data" in refused(data(tiny_folder, tmp_path / "y", "--passages", str(tmp_path / "z")))
     long_data = tmp_path / "long"

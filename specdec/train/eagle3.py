@@ -123,6 +123,10 @@ def train_eagle3(target, data_dir: Path, out_dir: Path, *, draft_vocab: int | No
     `draft_vocab`: its size (default 8192; with `init`, the head's)."""
     checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else default_checkpoint_dir(out_dir)
     folders = [Path(data_dir), *map(Path, more_data)]
+    for folder in folders[1:]:
+        if not (folder / META).is_file():
+            raise SpecdecError(f"--more-data {folder}: no self-distillation data there (make it with "
+                               f"`specdec train data --data {folder}`)")
     start = load_head(init, "eagle3", target) if init is not None else None
     vocab_ids = None if start is None else vocabulary_of(start[1])
     if vocab_ids is not None and draft_vocab not in (None, len(vocab_ids)):
