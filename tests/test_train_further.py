@@ -13,6 +13,7 @@ from safetensors.torch import load_file, save_file
 from specdec.cli import main
 from specdec.train.distill import answer_passages, load_sequences, read_answers
 from specdec.train.instructions import instructions, passage_instructions
+from specdec.train.loop import held_out_indices
 
 PASSAGES = [(f"question {i}?", f"passage {i} " + "word " * 20) for i in range(5)]
 
@@ -38,17 +39,19 @@ def data(folder, out, *extra):
 def test_long_inputs_from_passages_then_a_head_trained_further_on_both(tiny_folder, tiny_target, tmp_path, capsys):
     first, long_data = tmp_path / "first", tmp_path / "long"
     assert main(data(tiny_folder, first, "--prompts", "12")) == 0
-    passages = answer_passages(first, tiny_target.tokenizer)
+    passages = answer_passages(first, tiny_target)
     answers = read_answers(first)
-    kept = [i for i, (ids, temperature) in enumerate(answers) if len(ids) >= 48 and temperature <= 0.7]
-    assert len(passages) == len(kept) >= 3  # long greedy or T = 0.7 answers only
+    held_out = held_out_indices(12, 0.05, seed=0)  # what a training on `first` validates on: never a passage
+    kept = [i for i, (ids, temperature) in enumerate(answers)
+            if len(ids) >= 48 and temperature <= 0.7 and i not in held_out]
+    assert len(passages) == len(kept) >= 3 and len(held_out) == 1  # long greedy or T = 0.7 answers only
     questions = instructions(12, seed=0)
     assert [q for q, _ in passages] == [questions[i] for i in kept]  # each with the instruction it answered
     assert passages[0][1] == tiny_target.tokenizer.decode(answers[kept[0]][0]).strip()
 
     assert main(data(tiny_folder, long_data, "--prompts", "6", "--passages", str(first))) == 0
     meta = json.loads((long_data / "meta.json").read_text())
-    assert meta["prompt_source"] == "passages(first, seed=0)" and meta["sequences"] == 6
+    assert meta["prompt_source"] == f"passages(first: {len(passages)}, seed=0)" and meta["sequences"] == 6
     made = load_sequences(long_data)
     texts = [tiny_target.tokenizer.decode(s.tokens[:s.answer_start]) for s in made]
     assert all(any(text in prompt for _, text in passages) for prompt in texts)  # the prompts hold the passages
@@ -64,6 +67,8 @@ def test_long_inputs_from_passages_then_a_head_trained_further_on_both(tiny_fold
     save_file(weights, str(head / "head.safetensors"))
     assert main(["train", "eagle3", *common, "--prompts", "12", "--out", str(further), "--init", str(head),
                  "--more-data", str(long_data), "--max-len", "1024"]) == 0
+    printed = capsys.readouterr().out
+    assert "sequences left out" not in printed  # --max-len 1024 holds every long prompt
     info = json.loads((further / "head.json").read_text())
     assert info["data"] == [str(first), str(long_data)] and info["init"] == str(head) and info["max_len"] == 1024
     assert info["sequences"]["train"] + info["sequences"]["validation"] == 18
@@ -72,9 +77,15 @@ def test_long_inputs_from_passages_then_a_head_trained_further_on_both(tiny_fold
     assert not torch.equal(before["fc.weight"], after["fc.weight"])  # trained further, from the head's weights
     moved = (after["fc.weight"].float() - before["fc.weight"].float()).norm() / before["fc.weight"].float().norm()
     assert moved < 0.1, moved  # without the marked start it would be ~1 apart
+    shortest_prompt = min(s.answer_start for s in made)
+    assert main(["train", "eagle3", *common, "--prompts", "12", "--out", str(tmp_path / "cut"), "--init", str(head),
+                 "--more-data", str(long_data), "--max-len", str(shortest_prompt)]) == 0
+    printed = capsys.readouterr().out  # every long prompt fills the window: left out, and said so
+    assert f"5 of 16 sequences left out: their prompts fill --max-len {shortest_prompt}" in printed
+    assert f"1 of 2 sequences left out: their prompts fill --max-len {shortest_prompt}" in printed
 
 
-def test_training_further_refuses_what_does_not_fit(tiny_folder, tmp_path, capsys):
+def test_training_further_refuses_what_does_not_fit(tiny_folder, tiny_draft_folder, tmp_path, capsys):
     first = tmp_path / "first"
     assert main(data(tiny_folder, first, "--prompts", "12")) == 0
     head = tmp_path / "head"
@@ -99,6 +110,14 @@ def test_training_further_refuses_what_does_not_fit(tiny_folder, tmp_path, capsy
         ["train", "eagle3", *common, "--out", str(tmp_path / "x"), "--more-data", str(words)])
     assert "--more-data " + str(tmp_path / "nothing") + ": no self-distillation data there" in refused(
         ["train", "eagle3", *common, "--out", str(tmp_path / "x"), "--more-data", str(tmp_path / "nothing")])
+    foreign = tmp_path / "foreign"  # another model's data (the same shapes): its features mean nothing here
+    assert main(data(tiny_draft_folder, foreign, "--prompts", "4")) == 0
+    capsys.readouterr()
+    assert f"{foreign} holds data made by " in refused(
+        ["train", "eagle3", *common, "--out", str(tmp_path / "x"), "--more-data", str(foreign)])
+    assert f"{foreign} holds data made by " in refused(data(tiny_folder, tmp_path / "y", "--passages", str(foreign)))
+    assert "names a data folder twice" in refused(
+        ["train", "eagle3", *common, "--out", str(tmp_path / "x"), "--more-data", str(first)])
     assert "--passages must name another data folder than --data" in refused(data(tiny_folder, first, "--passages", str(first)))
     assert "holds no self-distillation data" in refused(data(tiny_folder, tmp_path / "y", "--passages", str(tmp_path / "z")))
     long_data = tmp_path / "long"

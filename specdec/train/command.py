@@ -197,12 +197,12 @@ def prompt_list(args, target) -> tuple[list[str], str]:
         return instructions(args.prompts, seed=args.seed), f"instructions(seed={args.seed})"
     if args.passages.resolve() == args.data.resolve():
         raise SpecdecError("--passages must name another data folder than --data (the one whose answers become passages)")
-    passages = answer_passages(args.passages, target.tokenizer)
+    passages = answer_passages(args.passages, target, seed=args.seed)
     try:
         prompts = passage_instructions(passages, args.prompts, seed=args.seed)
     except ValueError as e:
         raise SpecdecError(f"--passages {args.passages}: {e}") from e
-    return prompts, f"passages({args.passages.name}, seed={args.seed})"
+    return prompts, f"passages({args.passages.name}: {len(passages)}, seed={args.seed})"
 
 
 def train(args, target, checkpoints: Path, on_step, console) -> dict:

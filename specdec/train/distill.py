@@ -248,17 +248,25 @@ def read_answers(folder: Path) -> list[tuple[list[int], float]]:
     return out
 
 
-def answer_passages(folder: Path, tokenizer, *, min_tokens: int = 48, max_temperature: float = 0.7) -> list[tuple[str, str]]:
-    """(instruction, answer text) of a dataset made from the template instructions: passages for
-    long-input tasks (`instructions.passage_instructions`). Answers shorter than `min_tokens` or
-    sampled hotter than `max_temperature` are left out."""
+HELD_OUT_SHARE = 0.05  # the largest validation share a trainer uses (its held-out set includes the smaller ones)
+
+
+def answer_passages(folder: Path, target, *, min_tokens: int = 48, max_temperature: float = 0.7,
+                    seed: int = 0) -> list[tuple[str, str]]:
+    """(instruction, answer text) of a dataset made from the template instructions by `target`:
+    passages for long-input tasks (`instructions.passage_instructions`). Answers shorter than
+    `min_tokens` or sampled hotter than `max_temperature` are left out, and so are the sequences a
+    training with this `seed` holds out for validation (`loop.split`, any share up to 5 %): data made
+    from their answers would teach the head its own validation answers."""
     from specdec.train.instructions import instructions
+    from specdec.train.loop import held_out_indices
 
     folder = Path(folder)
     meta_path = folder / META
     if not meta_path.is_file() or not shard_paths(folder):
         raise SpecdecError(f"{folder} holds no self-distillation data: make it with `specdec train data --data {folder}`")
     meta = json.loads(meta_path.read_text())
+    check_made_by(folder, meta, target)
     source = meta.get("prompt_source", "")
     prefix = "instructions(seed="
     if not source.startswith(prefix):
@@ -266,6 +274,16 @@ def answer_passages(folder: Path, tokenizer, *, min_tokens: int = 48, max_temper
                            "instructions cannot be recovered; use a folder made without --passages")
     answers = read_answers(folder)
     questions = instructions(len(answers), seed=int(source[len(prefix):-1]))
-    return [(question, tokenizer.decode(ids, skip_special_tokens=True).strip())
-            for question, (ids, temperature) in zip(questions, answers)
-            if len(ids) >= min_tokens and temperature <= max_temperature]
+    held_out = held_out_indices(len(answers), HELD_OUT_SHARE, seed)
+    return [(question, target.tokenizer.decode(ids, skip_special_tokens=True).strip())
+            for i, (question, (ids, temperature)) in enumerate(zip(questions, answers))
+            if len(ids) >= min_tokens and temperature <= max_temperature and i not in held_out]
+
+
+def check_made_by(folder: Path, meta: dict, target) -> None:
+    """Refuse data another model made: its features and token ids mean nothing to this one."""
+    config = target.net.config
+    theirs = (meta.get("target"), meta.get("hidden_size"), meta.get("vocab_size"))
+    if theirs != (target.name, config.hidden_size, target.vocab_size):
+        raise SpecdecError(f"{folder} holds data made by {theirs[0]!r} (hidden size {theirs[1]}, vocabulary "
+                           f"{theirs[2]}), not by {target.name!r}: make data with this model")

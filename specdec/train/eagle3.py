@@ -23,7 +23,7 @@ import torch
 from specdec.errors import SpecdecError
 from specdec.heads.eagle3 import Eagle3Config, Eagle3Head
 from specdec.heads.files import load_head, save_head
-from specdec.train.distill import META
+from specdec.train.distill import META, check_made_by, shard_paths
 from specdec.train.eagle import chain_acceptance, chain_mat
 from specdec.train.loop import (
     DEFAULT_DRAFT_VOCAB,
@@ -123,10 +123,13 @@ def train_eagle3(target, data_dir: Path, out_dir: Path, *, draft_vocab: int | No
     `draft_vocab`: its size (default 8192; with `init`, the head's)."""
     checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else default_checkpoint_dir(out_dir)
     folders = [Path(data_dir), *map(Path, more_data)]
+    if len({folder.resolve() for folder in folders}) < len(folders):
+        raise SpecdecError("--more-data names a data folder twice (or --data's): each folder once")
     for folder in folders[1:]:
-        if not (folder / META).is_file():
+        if not (folder / META).is_file() or not shard_paths(folder):
             raise SpecdecError(f"--more-data {folder}: no self-distillation data there (make it with "
                                f"`specdec train data --data {folder}`)")
+        check_made_by(folder, json.loads((folder / META).read_text()), target)
     start = load_head(init, "eagle3", target) if init is not None else None
     vocab_ids = None if start is None else vocabulary_of(start[1])
     if vocab_ids is not None and draft_vocab not in (None, len(vocab_ids)):
@@ -163,11 +166,11 @@ def vocabulary_of(weights: dict[str, torch.Tensor]) -> torch.Tensor:
 
 def start_from(head: Eagle3Head, folder: Path, meta: dict, weights: dict[str, torch.Tensor]) -> None:
     """Load a trained head's weights (`load_head` of `folder`) into `head`, refusing one of another shape."""
-    theirs = Eagle3Config(**meta["config"])
-    if theirs != head.config:
-        raise SpecdecError(f"--init {folder}: its head reads layers {theirs.aux_layers} with hidden size "
-                           f"{theirs.hidden_size}, this data gives layers {head.config.aux_layers} and "
-                           f"{head.config.hidden_size}: start from scratch, or make the data with its --aux-layers")
+    theirs, ours = Eagle3Config(**meta["config"]).to_dict(), head.config.to_dict()
+    differ = {name: (theirs[name], ours[name]) for name in ours if theirs.get(name) != ours[name]}
+    if differ:
+        raise SpecdecError(f"--init {folder}: its head differs from what this target and data give "
+                           f"(theirs, ours): {differ}; start from scratch, or make the data with its --aux-layers")
     head.load_state_dict({name: tensor.float() if tensor.is_floating_point() else tensor for name, tensor in weights.items()})
 
 

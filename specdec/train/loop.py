@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from specdec.errors import SpecdecError
 from specdec.runtime.gguf_convert import cache_root
 from specdec.train.distill import Sequence, load_sequences
 
@@ -108,10 +109,24 @@ def data_info(target, data_dir: Path | list[Path], data: Prepared) -> dict:
 
 
 def split(sequences: list[Sequence], validation_share: float, seed: int) -> tuple[list[Sequence], list[Sequence]]:
-    order = list(range(len(sequences)))
-    random.Random(seed).shuffle(order)
-    n_val = max(1, int(len(order) * validation_share)) if len(order) > 1 else 0
+    order = shuffled(len(sequences), seed)
+    n_val = held_out_count(len(order), validation_share)
     return [sequences[i] for i in order[n_val:]], [sequences[i] for i in order[:n_val]]
+
+
+def shuffled(count: int, seed: int) -> list[int]:
+    order = list(range(count))
+    random.Random(seed).shuffle(order)
+    return order
+
+
+def held_out_count(count: int, validation_share: float) -> int:
+    return max(1, int(count * validation_share)) if count > 1 else 0
+
+
+def held_out_indices(count: int, validation_share: float, seed: int) -> set[int]:
+    """The indices `split` holds out of `count` sequences (a larger share holds out a superset)."""
+    return set(shuffled(count, seed)[:held_out_count(count, validation_share)])
 
 
 def batches(sequences: list[Sequence], batch_tokens: int, max_len: int, seed: int | None) -> list[Batch]:
@@ -157,6 +172,16 @@ def collate(sequences: list[Sequence], max_len: int) -> Batch:
         valid[b, :n] = True
         answer[b, s.answer_start:n] = True
     return Batch(tokens, features, valid, answer, aux)
+
+
+def answered_within(sequences: list[Sequence], max_len: int, log=print) -> list[Sequence]:
+    """The sequences with an answer token inside their first `max_len` tokens (what training cuts them
+    to); the others, whose prompts fill the window, are left out, and said so."""
+    kept = [s for s in sequences if s.answer_start < min(len(s.tokens), max_len)]
+    if len(kept) < len(sequences):
+        log(f"{len(sequences) - len(kept)} of {len(sequences)} sequences left out: their prompts fill --max-len {max_len} "
+            "(raise it to train on them)")
+    return kept
 
 
 def learning_rate(step: int, total: int, peak: float, warmup: int) -> float:
@@ -230,6 +255,9 @@ def fit(model: torch.nn.Module, objective: Callable, validate: Callable, train_s
     losses stay float32). Checkpoints to, and resumes from, `checkpoint_dir` (left there: the caller
     removes it once the result is written). Returns {"history": [...], "seconds_this_run": ...}."""
     device = next(model.parameters()).device
+    train_seqs, val_seqs = answered_within(train_seqs, max_len, log), answered_within(val_seqs, max_len, log)
+    if not train_seqs:
+        raise SpecdecError(f"no training sequence has answer tokens within its first {max_len} tokens: raise --max-len")
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
     val_batches = batches(val_seqs, batch_tokens, max_len, seed=None)
     steps_per_epoch = len(batch_groups(train_seqs, batch_tokens, max_len, seed=None))

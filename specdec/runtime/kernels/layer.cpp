@@ -131,8 +131,8 @@ torch::Tensor decoder_layers(torch::Tensor x, const std::vector<torch::Tensor>& 
 // attention, post-attention norm and MLP as a decoder layer's. embeds, hidden: [n, H] float32;
 // weights: input_layernorm, hidden_norm, qkv (packed), qkv bias (or empty), o (packed),
 // post_attention_layernorm, gate_up (packed), down (packed); cos, sin: [n, D]. Returns the layer's
-// output h [n, H] (before the head's final norm). The same kernels, in the same order, as the Python
-// layer run on a quantized head, in one call instead of some 40 operations.
+// output h [n, H] (before the head's final norm). The Python layer's operations in its order, on the
+// kernels (its RMSNorm and attention are this file's, not PyTorch's), in one call instead of some 40.
 torch::Tensor eagle3_layer(torch::Tensor embeds, torch::Tensor hidden, const std::vector<torch::Tensor>& weights,
                            torch::Tensor cos, torch::Tensor sin, torch::Tensor keys, torch::Tensor values, int64_t past,
                            double eps, int64_t heads, int64_t kv_heads) {
@@ -142,11 +142,14 @@ torch::Tensor eagle3_layer(torch::Tensor embeds, torch::Tensor hidden, const std
               values.sizes() == keys.sizes(), "eagle3_layer wants a contiguous cache [1, 1, Hkv, S, D]");
   const int64_t rows = embeds.size(0), dim = keys.size(4);
   TORCH_CHECK(past >= 0 && past + rows <= keys.size(3), "eagle3_layer: the new pairs lie past the cache");
+  TORCH_CHECK(cos.dim() == 2 && cos.size(0) == rows && cos.size(1) == dim && sin.sizes() == cos.sizes(),
+              "eagle3_layer wants cos and sin [n, D]");
   const std::vector<torch::Tensor> key_list{keys}, value_list{values}, masks{torch::empty({0}, torch::kBool)};  // causal
   const std::vector<int64_t> pasts{past}, tokens{rows}, starts{0, rows};
   torch::Tensor x = torch::cat({rms_norm(embeds, weights[0], eps), rms_norm(hidden, weights[1], eps)}, 1);  // [n, 2H]
   torch::Tensor qkv = quant_linear(x, weights[2]);  // [n, (H + 2 Hkv) D]
   if (weights[3].numel()) qkv.add_(weights[3]);
+  TORCH_CHECK(qkv.size(1) == (heads + 2 * kv_heads) * dim, "eagle3_layer: qkv is not (H + 2 Hkv) D wide");
   torch::Tensor q = torch::empty({rows, heads, dim}, hidden.options());  // [n, H, D]
   return attend_and_mix(hidden.contiguous(), qkv.contiguous(), weights.data() + 4, cos.contiguous(), sin.contiguous(),
                         q, key_list, value_list, 0, pasts, starts, tokens, masks, eps, heads, kv_heads, dim);
