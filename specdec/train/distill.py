@@ -262,11 +262,9 @@ def answer_passages(folder: Path, target, *, min_tokens: int = 48, max_temperatu
     from specdec.train.loop import held_out_indices
 
     folder = Path(folder)
-    meta_path = folder / META
-    if not meta_path.is_file() or not shard_paths(folder):
+    meta = data_meta(folder, target)
+    if meta is None:
         raise SpecdecError(f"{folder} holds no self-distillation data: make it with `specdec train data --data {folder}`")
-    meta = json.loads(meta_path.read_text())
-    check_made_by(folder, meta, target)
     source = meta.get("prompt_source", "")
     prefix = "instructions(seed="
     if not source.startswith(prefix):
@@ -278,6 +276,17 @@ def answer_passages(folder: Path, target, *, min_tokens: int = 48, max_temperatu
     return [(question, target.tokenizer.decode(ids, skip_special_tokens=True).strip())
             for i, (question, (ids, temperature)) in enumerate(zip(questions, answers))
             if len(ids) >= min_tokens and temperature <= max_temperature and i not in held_out]
+
+
+def data_meta(folder: Path, target) -> dict | None:
+    """A data folder's meta.json, refused if another model made the data (`check_made_by`); None
+    where the folder holds none (no meta.json or no shard)."""
+    meta_path = Path(folder) / META
+    if not meta_path.is_file() or not shard_paths(folder):
+        return None
+    meta = json.loads(meta_path.read_text())
+    check_made_by(folder, meta, target)
+    return meta
 
 
 def check_made_by(folder: Path, meta: dict, target) -> None:

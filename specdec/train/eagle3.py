@@ -23,7 +23,7 @@ import torch
 from specdec.errors import SpecdecError
 from specdec.heads.eagle3 import Eagle3Config, Eagle3Head
 from specdec.heads.files import load_head, save_head
-from specdec.train.distill import META, check_made_by, shard_paths
+from specdec.train.distill import META, data_meta
 from specdec.train.eagle import chain_acceptance, chain_mat
 from specdec.train.loop import (
     DEFAULT_DRAFT_VOCAB,
@@ -126,17 +126,17 @@ def train_eagle3(target, data_dir: Path, out_dir: Path, *, draft_vocab: int | No
     if len({folder.resolve() for folder in folders}) < len(folders):
         raise SpecdecError("--more-data names a data folder twice (or --data's): each folder once")
     for folder in folders[1:]:
-        if not (folder / META).is_file() or not shard_paths(folder):
+        if data_meta(folder, target) is None:
             raise SpecdecError(f"--more-data {folder}: no self-distillation data there (make it with "
                                f"`specdec train data --data {folder}`)")
-        check_made_by(folder, json.loads((folder / META).read_text()), target)
+    source = folders if more_data else data_dir  # (one folder: head.json records its path as before)
     start = load_head(init, "eagle3", target) if init is not None else None
     vocab_ids = None if start is None else vocabulary_of(start[1])
     if vocab_ids is not None and draft_vocab not in (None, len(vocab_ids)):
         raise SpecdecError(f"--init {init} drafts over its own {len(vocab_ids)}-token vocabulary, not --draft-vocab "
                            f"{draft_vocab}: drop --draft-vocab, or start from scratch")
     draft_vocab = draft_vocab or DEFAULT_DRAFT_VOCAB
-    data = prepare(target, folders if more_data else data_dir, out_dir, draft_vocab, validation_share, seed, vocab_ids)
+    data = prepare(target, source, out_dir, draft_vocab, validation_share, seed, vocab_ids)
     aux_layers = data_aux_layers(folders, data.train)
     net = target.net
     config = Eagle3Config.for_target(net.config, len(data.vocab_ids), aux_layers)
@@ -150,7 +150,7 @@ def train_eagle3(target, data_dir: Path, out_dir: Path, *, draft_vocab: int | No
     result = fit(head, objective, lambda val: validate(objective, val), data.train, data.validation, checkpoint_dir,
                  epochs=epochs, lr=lr, batch_tokens=batch_tokens, max_len=max_len, seed=seed,
                  checkpoint_every=checkpoint_every, progress=progress, log=log, mixed_precision=mixed_precision)
-    info = {**data_info(target, folders if more_data else data_dir, data), "depth": depth, "epochs": epochs, "lr": lr,
+    info = {**data_info(target, source, data), "depth": depth, "epochs": epochs, "lr": lr,
             **({"init": str(init)} if init is not None else {}), "max_len": max_len,
             "batch_tokens": batch_tokens, "seed": seed, "mixed_precision": mixed_precision, **result}
     save_head(out_dir, "eagle3", config.to_dict(), head.state_dict(), info)

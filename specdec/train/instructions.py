@@ -111,6 +111,13 @@ TEMPLATES = [
 
 def instructions(count: int, seed: int = 0) -> list[str]:
     """`count` distinct instructions, the same list for the same seed."""
+    return distinct(count, seed, lambda rng: rng.choice(TEMPLATES)(rng),
+                    f"the templates cannot make {count} distinct instructions; ask for fewer")
+
+
+def distinct(count: int, seed: int, draw, shortage: str) -> list[str]:
+    """The first `count` distinct texts `draw(rng)` makes from one generator seeded with `seed`;
+    ValueError(`shortage`) when they run out (after 50 × count + 1000 draws)."""
     rng = random.Random(seed)
     seen: set[str] = set()
     out: list[str] = []
@@ -118,8 +125,8 @@ def instructions(count: int, seed: int = 0) -> list[str]:
     while len(out) < count:
         attempts += 1
         if attempts > 50 * count + 1000:
-            raise ValueError(f"the templates cannot make {count} distinct instructions; ask for fewer")
-        text = rng.choice(TEMPLATES)(rng)
+            raise ValueError(shortage)
+        text = draw(rng)
         if text not in seen:
             seen.add(text)
             out.append(text)
@@ -148,24 +155,15 @@ def passage_instructions(passages: list[tuple[str, str]], count: int, seed: int 
     numbered documents with one passage's question (retrieval-augmented answering)."""
     if len(passages) < 3:
         raise ValueError(f"long-input instructions need at least 3 passages, got {len(passages)}")
-    rng = random.Random(seed)
-    seen: set[str] = set()
-    out: list[str] = []
-    attempts = 0
-    while len(out) < count:
-        attempts += 1
-        if attempts > 50 * count + 1000:
-            raise ValueError(f"{len(passages)} passages cannot make {count} distinct instructions; ask for fewer")
+
+    def draw(rng: random.Random) -> str:
         if rng.random() < 0.3:
             chosen = rng.sample(passages, rng.choice([2, 3]))
             question = chosen[0][0]
             rng.shuffle(chosen)
             documents = "\n\n".join(f"Document {i + 1}: {text}" for i, (_, text) in enumerate(chosen))
-            text = f"Answer the question using the documents below.\n\n{documents}\n\nQuestion: {question}"
-        else:
-            question, passage = rng.choice(passages)
-            text = rng.choice(PASSAGE_TEMPLATES)(rng, passage, question)
-        if text not in seen:
-            seen.add(text)
-            out.append(text)
-    return out
+            return f"Answer the question using the documents below.\n\n{documents}\n\nQuestion: {question}"
+        question, passage = rng.choice(passages)
+        return rng.choice(PASSAGE_TEMPLATES)(rng, passage, question)
+
+    return distinct(count, seed, draw, f"{len(passages)} passages cannot make {count} distinct instructions; ask for fewer")
