@@ -15,13 +15,18 @@ own answers in a first data folder, then a head trained further on both:
     specdec train data --data long-data --passages distill-data --prompts 2000
     specdec train eagle3 --data distill-data --more-data long-data --max-len 1024 --init my-eagle3 --out my-eagle3-long
 
+Two-turn conversations (an earlier instruction, the target's answer, a follow-up request):
+
+    specdec train data --data turns-data --follow-ups distill-data --prompts 1500
+
 Both steps resume: the data is written in shards (a stopped run continues after the last complete
 one), training keeps a checkpoint (model and optimiser, safetensors) every few steps and at the end
 of each epoch, outside the output folder (`--checkpoint-dir`, default: a folder of the specdec cache
 named after --out; printed when training starts) and deleted once the result is written. For a
 run in the background, `--progress-file` keeps one JSON line with where it is (phase, done, total,
-rates, time left). The instructions come from a template generator (`instructions.py`) or from the
-target's own earlier answers (`--passages`), never from a benchmark set.
+rates, time left). The instructions come from two template generators (`instructions.py`, and
+`instructions_v2.py`: the default, `--instructions 1` for the first) or from the target's own
+earlier answers (`--passages`, `--follow-ups`), never from a benchmark set.
 """
 
 from __future__ import annotations
@@ -56,6 +61,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="make long-input tasks instead of the template instructions: summaries, answers from the "
                         "text, retrieval over numbered documents, rewrites and translations of the target's own "
                         "answers in the data folder DATA (made from the template instructions)")
+    p.add_argument("--follow-ups", type=Path, metavar="DATA",
+                   help="make two-turn conversations instead: an instruction of the data folder DATA, the target's "
+                        "answer to it and a follow-up request (simpler, shorter, an example, …)")
+    p.add_argument("--instructions", type=int, choices=(1, 2), default=2,
+                   help="which template generator makes the instructions: 1 (explain, list, write, code, arithmetic) "
+                        "or 2 (default: factual questions, word problems, puzzles, German to translate, news to "
+                        "summarize, extraction, role play, code to debug); data records which")
     p.add_argument("--more-data", type=Path, action="append", default=[], metavar="DATA",
                    help="eagle3: train on this data folder too (already made, with the same aux layers); repeatable")
     p.add_argument("--max-new-tokens", type=int, default=192, help="longest answer in the data (default 192)")
@@ -115,6 +127,8 @@ def check(args) -> None:
         raise SpecdecError(f"--lr must be positive, got {args.lr}")
     if args.kind != "data" and args.out is None:
         raise SpecdecError(f"`specdec train {args.kind}` needs --out: the folder for what it trains")
+    if args.passages is not None and args.follow_ups is not None:
+        raise SpecdecError("--passages and --follow-ups each make a data folder of their own; give one of them")
     for option, value in (("--init", args.init), ("--more-data", args.more_data)):
         if value and args.kind != "eagle3":
             raise SpecdecError(f"{option} is for `specdec train eagle3`, not `specdec train {args.kind}`")
@@ -188,21 +202,29 @@ def run(args, console) -> int:
     return 0
 
 
-def prompt_list(args, target) -> tuple[list[str], str]:
+def prompt_list(args, target) -> tuple[list, str]:
     """The instructions to answer and how they were made (kept in the data's meta.json)."""
     from specdec.train.distill import answer_passages
-    from specdec.train.instructions import instructions, passage_instructions
+    from specdec.train.instructions import instructions, instructions_source, passage_instructions
+    from specdec.train.instructions_v2 import follow_up_conversations, instructions_v2
 
-    if args.passages is None:
-        return instructions(args.prompts, seed=args.seed), f"instructions(seed={args.seed})"
-    if args.passages.resolve() == args.data.resolve():
-        raise SpecdecError("--passages must name another data folder than --data (the one whose answers become passages)")
-    passages = answer_passages(args.passages, target, seed=args.seed)
+    source_folder = args.passages or args.follow_ups
+    if source_folder is None:
+        make = instructions if args.instructions == 1 else instructions_v2
+        return make(args.prompts, seed=args.seed), instructions_source(args.instructions, args.seed)
+    option = "--passages" if args.passages is not None else "--follow-ups"
+    if source_folder.resolve() == args.data.resolve():
+        raise SpecdecError(f"{option} must name another data folder than --data (the one whose answers it reuses)")
+    passages = answer_passages(source_folder, target, seed=args.seed)
     try:
-        prompts = passage_instructions(passages, args.prompts, seed=args.seed)
+        if args.passages is not None:
+            prompts = passage_instructions(passages, args.prompts, seed=args.seed)
+        else:
+            prompts = follow_up_conversations(passages, args.prompts, seed=args.seed)
     except ValueError as e:
-        raise SpecdecError(f"--passages {args.passages}: {e}") from e
-    return prompts, f"passages({args.passages.name}: {len(passages)}, seed={args.seed})"
+        raise SpecdecError(f"{option} {source_folder}: {e}") from e
+    kind = "passages" if args.passages is not None else "follow-ups"
+    return prompts, f"{kind}({source_folder.name}: {len(passages)}, seed={args.seed})"
 
 
 def train(args, target, checkpoints: Path, on_step, console) -> dict:

@@ -165,13 +165,21 @@ def load_sequences(folder: Path) -> list[Sequence]:
     return out
 
 
-def encode_prompts(tokenizer, prompts: list[str]) -> list[list[int]]:
-    """Each instruction as the target's chat template formats a user turn (plain text without one)."""
-    return [tokenizer.apply_chat_template([{"role": "user", "content": p}]) if tokenizer.chat_template
-            else tokenizer.encode(p) for p in prompts]
+def encode_prompts(tokenizer, prompts: list[str | tuple[str, ...]]) -> list[list[int]]:
+    """Each instruction as the target's chat template formats a user turn (plain text without one);
+    a tuple is a conversation (user, assistant, user, …) whose last user turn is to be answered."""
+    def messages(prompt):
+        turns = (prompt,) if isinstance(prompt, str) else prompt
+        return [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)]
+
+    if not tokenizer.chat_template:
+        if any(not isinstance(p, str) for p in prompts):
+            raise SpecdecError("conversations need a model with a chat template; this one takes plain text only")
+        return [tokenizer.encode(p) for p in prompts]
+    return [tokenizer.apply_chat_template(messages(p)) for p in prompts]
 
 
-def distill(target, prompts: list[str], out_dir: Path, *, max_new_tokens: int = 192, batch_size: int = 32,
+def distill(target, prompts: list[str | tuple[str, ...]], out_dir: Path, *, max_new_tokens: int = 192, batch_size: int = 32,
             shard_size: int = 128, temperatures: tuple[float, ...] = (0.0,), seed: int = 0,
             aux_layers: tuple[int, ...] = (), prompt_source: str = "", progress=None) -> dict:
     """Write the target's answers to `prompts` (with features) under `out_dir`; resume what exists.
@@ -258,7 +266,7 @@ def answer_passages(folder: Path, target, *, min_tokens: int = 48, max_temperatu
     `min_tokens` or sampled hotter than `max_temperature` are left out, and so are the sequences a
     training with this `seed` holds out for validation (`loop.split`, any share up to 5 %): data made
     from their answers would teach the head its own validation answers."""
-    from specdec.train.instructions import instructions
+    from specdec.train.instructions import generated_instructions
     from specdec.train.loop import held_out_indices
 
     folder = Path(folder)
@@ -266,12 +274,11 @@ def answer_passages(folder: Path, target, *, min_tokens: int = 48, max_temperatu
     if meta is None:
         raise SpecdecError(f"{folder} holds no self-distillation data: make it with `specdec train data --data {folder}`")
     source = meta.get("prompt_source", "")
-    prefix = "instructions(seed="
-    if not source.startswith(prefix):
-        raise SpecdecError(f"{folder} was not made from the template instructions ({source!r}): its answers' "
-                           "instructions cannot be recovered; use a folder made without --passages")
     answers = read_answers(folder)
-    questions = instructions(len(answers), seed=int(source[len(prefix):-1]))
+    questions = generated_instructions(source, len(answers))
+    if questions is None:
+        raise SpecdecError(f"{folder} was not made from the template instructions ({source!r}): its answers' "
+                           "instructions cannot be recovered; use a folder made without --passages or --follow-ups")
     held_out = held_out_indices(len(answers), HELD_OUT_SHARE, seed)
     return [(question, target.tokenizer.decode(ids, skip_special_tokens=True).strip())
             for i, (question, (ids, temperature)) in enumerate(zip(questions, answers))
