@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from specdec.errors import SpecdecError
 from specdec.sampling import SamplingParams, logits_to_probs, sample
@@ -150,11 +150,46 @@ def shard_paths(folder: Path) -> list[Path]:
     return sorted(Path(folder).glob("shard-*.safetensors"))
 
 
+SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+                      "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+                      "BOOL": torch.bool}
+
+
+def map_shard(path: Path) -> dict[str, torch.Tensor]:
+    """A safetensors file's tensors as views of the file mapped into memory (copy-on-write), not
+    read: the operating system pages them in as training touches them and may drop them again, so
+    data folders larger than the machine's memory train (they are several GB: 4 bytes per token ×
+    hidden size × (1 + aux layers))."""
+    import mmap
+
+    with open(path, "rb") as f:
+        try:
+            size = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(size))
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        except (ValueError, OSError) as e:
+            raise SpecdecError(f"{path} is not a readable safetensors file ({e}); remove it and make the data again") from e
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        dtype = SAFETENSORS_DTYPES.get(info.get("dtype"))
+        begin, end = info["data_offsets"]
+        if dtype is None or 8 + size + end > len(mapped):
+            raise SpecdecError(f"{path}: tensor {name!r} has dtype {info.get('dtype')!r} or lies past the file's end; "
+                               "remove the file and make the data again")
+        count = (end - begin) // dtype.itemsize
+        flat = torch.frombuffer(mapped, dtype=dtype, count=count, offset=8 + size + begin) if count else torch.empty(0, dtype=dtype)
+        tensors[name] = flat.view(info["shape"])
+    return tensors
+
+
 def load_sequences(folder: Path) -> list[Sequence]:
-    """Every sequence of a dataset folder, in order (features are views into each shard's tensors)."""
+    """Every sequence of a dataset folder, in order (features are views into each shard's tensors,
+    mapped from the file: `map_shard`)."""
     out = []
     for path in shard_paths(folder):
-        data = load_file(str(path))
+        data = map_shard(path)
         offsets = data["offsets"].tolist()
         aux = data.get("aux_features")
         temperatures = data["temperatures"].tolist() if "temperatures" in data else [0.0] * (len(offsets) - 1)
