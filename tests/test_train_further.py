@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from specdec.cli import main
-from specdec.train.distill import answer_passages, load_sequences, read_answers
+from specdec.train.distill import answered_instructions, load_sequences, read_answers
 from specdec.train.instructions import passage_instructions
 from specdec.train.instructions_v2 import instructions_v2
 from specdec.train.loop import held_out_indices
@@ -40,7 +40,7 @@ def data(folder, out, *extra):
 def test_long_inputs_from_passages_then_a_head_trained_further_on_both(tiny_folder, tiny_target, tmp_path, capsys):
     first, long_data = tmp_path / "first", tmp_path / "long"
     assert main(data(tiny_folder, first, "--prompts", "12")) == 0
-    passages = answer_passages(first, tiny_target)
+    passages = answered_instructions(first, tiny_target)
     answers = read_answers(first)
     held_out = held_out_indices(12, 0.05, seed=0)  # what a training on `first` validates on: never a passage
     kept = [i for i, (ids, temperature) in enumerate(answers)

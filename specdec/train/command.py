@@ -56,7 +56,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "named after --out)")
     p.add_argument("--progress-file", type=Path,
                    help="keep one JSON line here with the run's progress (for a run in the background)")
-    p.add_argument("--prompts", type=int, default=2048, help="instructions to answer for the data (default 2048)")
+    p.add_argument("--prompts", type=int, default=2048,
+                   help="prompts to answer for the data: instructions, long-input tasks or conversations (default 2048)")
     p.add_argument("--passages", type=Path, metavar="DATA",
                    help="make long-input tasks instead of the template instructions: summaries, answers from the "
                         "text, retrieval over numbered documents, rewrites and translations of the target's own "
@@ -64,10 +65,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--follow-ups", type=Path, metavar="DATA",
                    help="make two-turn conversations instead: an instruction of the data folder DATA, the target's "
                         "answer to it and a follow-up request (simpler, shorter, an example, …)")
-    p.add_argument("--instructions", type=int, choices=(1, 2), default=2,
+    p.add_argument("--instructions", type=int, choices=(1, 2),
                    help="which template generator makes the instructions: 1 (explain, list, write, code, arithmetic) "
-                        "or 2 (default: factual questions, word problems, puzzles, German to translate, news to "
-                        "summarize, extraction, role play, code to debug); data records which")
+                        "or 2 (factual questions, word problems, puzzles, German to translate, news to summarize, "
+                        "extraction, role play, code to debug); default: the one an existing --data folder was "
+                        "made with, else 2")
     p.add_argument("--more-data", type=Path, action="append", default=[], metavar="DATA",
                    help="eagle3: train on this data folder too (already made, with the same aux layers); repeatable")
     p.add_argument("--max-new-tokens", type=int, default=192, help="longest answer in the data (default 192)")
@@ -129,6 +131,9 @@ def check(args) -> None:
         raise SpecdecError(f"`specdec train {args.kind}` needs --out: the folder for what it trains")
     if args.passages is not None and args.follow_ups is not None:
         raise SpecdecError("--passages and --follow-ups each make a data folder of their own; give one of them")
+    if args.instructions is not None and (args.passages is not None or args.follow_ups is not None):
+        raise SpecdecError("--instructions picks the template generator; --passages and --follow-ups make their "
+                           "prompts from a data folder's answers instead: give one or the other")
     for option, value in (("--init", args.init), ("--more-data", args.more_data)):
         if value and args.kind != "eagle3":
             raise SpecdecError(f"{option} is for `specdec train eagle3`, not `specdec train {args.kind}`")
@@ -203,28 +208,31 @@ def run(args, console) -> int:
 
 
 def prompt_list(args, target) -> tuple[list, str]:
-    """The instructions to answer and how they were made (kept in the data's meta.json)."""
-    from specdec.train.distill import answer_passages
-    from specdec.train.instructions import instructions, instructions_source, passage_instructions
+    """The prompts to answer and how they were made (kept in the data's meta.json)."""
+    from specdec.train.distill import answered_instructions
+    from specdec.train.instructions import generator_version, instructions, instructions_source, passage_instructions
     from specdec.train.instructions_v2 import follow_up_conversations, instructions_v2
 
-    source_folder = args.passages or args.follow_ups
-    if source_folder is None:
-        make = instructions if args.instructions == 1 else instructions_v2
-        return make(args.prompts, seed=args.seed), instructions_source(args.instructions, args.seed)
-    option = "--passages" if args.passages is not None else "--follow-ups"
-    if source_folder.resolve() == args.data.resolve():
+    if args.passages is None and args.follow_ups is None:
+        version = args.instructions or generator_version(args.data) or 2
+        make = instructions if version == 1 else instructions_v2
+        return make(args.prompts, seed=args.seed), instructions_source(version, args.seed)
+    option, folder = ("--passages", args.passages) if args.passages is not None else ("--follow-ups", args.follow_ups)
+    if folder.resolve() == args.data.resolve():
         raise SpecdecError(f"{option} must name another data folder than --data (the one whose answers it reuses)")
-    passages = answer_passages(source_folder, target, seed=args.seed)
+    if args.follow_ups is not None and not target.tokenizer.chat_template:
+        raise SpecdecError(f"--follow-ups makes conversations, which need a model with a chat template; {args.model} "
+                           "has none")
     try:
         if args.passages is not None:
-            prompts = passage_instructions(passages, args.prompts, seed=args.seed)
-        else:
-            prompts = follow_up_conversations(passages, args.prompts, seed=args.seed)
+            answered = answered_instructions(folder, target, seed=args.seed)
+            return (passage_instructions(answered, args.prompts, seed=args.seed),
+                    f"passages({folder.name}: {len(answered)}, seed={args.seed})")
+        answered = answered_instructions(folder, target, seed=args.seed, min_tokens=8, ended_only=True)
+        return (follow_up_conversations(answered, args.prompts, seed=args.seed),
+                f"follow-ups({folder.name}: {len(answered)}, seed={args.seed})")
     except ValueError as e:
-        raise SpecdecError(f"{option} {source_folder}: {e}") from e
-    kind = "passages" if args.passages is not None else "follow-ups"
-    return prompts, f"{kind}({source_folder.name}: {len(passages)}, seed={args.seed})"
+        raise SpecdecError(f"{option} {folder}: {e}") from e
 
 
 def train(args, target, checkpoints: Path, on_step, console) -> dict:

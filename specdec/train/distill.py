@@ -19,6 +19,7 @@ complete shard and gives the same data as one that was not.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Callable
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from specdec.errors import SpecdecError
 from specdec.sampling import SamplingParams, logits_to_probs, sample
@@ -150,46 +151,11 @@ def shard_paths(folder: Path) -> list[Path]:
     return sorted(Path(folder).glob("shard-*.safetensors"))
 
 
-SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-                      "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
-                      "BOOL": torch.bool}
-
-
-def map_shard(path: Path) -> dict[str, torch.Tensor]:
-    """A safetensors file's tensors as views of the file mapped into memory (copy-on-write), not
-    read: the operating system pages them in as training touches them and may drop them again, so
-    data folders larger than the machine's memory train (they are several GB: 4 bytes per token ×
-    hidden size × (1 + aux layers))."""
-    import mmap
-
-    with open(path, "rb") as f:
-        try:
-            size = int.from_bytes(f.read(8), "little")
-            header = json.loads(f.read(size))
-            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
-        except (ValueError, OSError) as e:
-            raise SpecdecError(f"{path} is not a readable safetensors file ({e}); remove it and make the data again") from e
-    tensors = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        dtype = SAFETENSORS_DTYPES.get(info.get("dtype"))
-        begin, end = info["data_offsets"]
-        if dtype is None or 8 + size + end > len(mapped):
-            raise SpecdecError(f"{path}: tensor {name!r} has dtype {info.get('dtype')!r} or lies past the file's end; "
-                               "remove the file and make the data again")
-        count = (end - begin) // dtype.itemsize
-        flat = torch.frombuffer(mapped, dtype=dtype, count=count, offset=8 + size + begin) if count else torch.empty(0, dtype=dtype)
-        tensors[name] = flat.view(info["shape"])
-    return tensors
-
-
 def load_sequences(folder: Path) -> list[Sequence]:
-    """Every sequence of a dataset folder, in order (features are views into each shard's tensors,
-    mapped from the file: `map_shard`)."""
+    """Every sequence of a dataset folder, in order (features are views into each shard's tensors)."""
     out = []
     for path in shard_paths(folder):
-        data = map_shard(path)
+        data = load_file(str(path))
         offsets = data["offsets"].tolist()
         aux = data.get("aux_features")
         temperatures = data["temperatures"].tolist() if "temperatures" in data else [0.0] * (len(offsets) - 1)
@@ -214,6 +180,11 @@ def encode_prompts(tokenizer, prompts: list[str | tuple[str, ...]]) -> list[list
     return [tokenizer.apply_chat_template(messages(p)) for p in prompts]
 
 
+def prompt_digest(prompts: list[str | tuple[str, ...]]) -> str:
+    """sha256 of a prompt list (kept in meta.json: a resumed run must answer the same prompts)."""
+    return hashlib.sha256(json.dumps(prompts, ensure_ascii=False).encode()).hexdigest()
+
+
 def distill(target, prompts: list[str | tuple[str, ...]], out_dir: Path, *, max_new_tokens: int = 192, batch_size: int = 32,
             shard_size: int = 128, temperatures: tuple[float, ...] = (0.0,), seed: int = 0,
             aux_layers: tuple[int, ...] = (), prompt_source: str = "", progress=None) -> dict:
@@ -234,6 +205,10 @@ def distill(target, prompts: list[str | tuple[str, ...]], out_dir: Path, *, max_
         differs = {k: (old.get(k), v) for k, v in meta.items() if k != "prompts" and old.get(k) != v}
         if differs:
             raise SpecdecError(f"{out_dir} holds data made with other settings {differs}; use another --data folder")
+        if "prompt_digest" in old and len(prompts) >= old["prompts"] and prompt_digest(prompts[:old["prompts"]]) != old["prompt_digest"]:
+            raise SpecdecError(f"{out_dir} holds answers to other prompts than {prompt_source!r} makes now (its generator "
+                               "changed since); use another --data folder")
+    meta["prompt_digest"] = prompt_digest(prompts)
     meta_path.write_text(json.dumps(meta, indent=1))
     encoded = encode_prompts(target.tokenizer, prompts)
     shards_done = len(shard_paths(out_dir))
@@ -294,13 +269,15 @@ def read_answers(folder: Path) -> list[tuple[list[int], float]]:
 HELD_OUT_SHARE = 0.05  # the largest validation share a trainer uses (its held-out set includes the smaller ones)
 
 
-def answer_passages(folder: Path, target, *, min_tokens: int = 48, max_temperature: float = 0.7,
-                    seed: int = 0) -> list[tuple[str, str]]:
-    """(instruction, answer text) of a dataset made from the template instructions by `target`:
-    passages for long-input tasks (`instructions.passage_instructions`). Answers shorter than
-    `min_tokens` or sampled hotter than `max_temperature` are left out, and so are the sequences a
-    training with this `seed` holds out for validation (`loop.split`, any share up to 5 %): data made
-    from their answers would teach the head its own validation answers."""
+def answered_instructions(folder: Path, target, *, min_tokens: int = 48, max_temperature: float = 0.7,
+                          seed: int = 0, ended_only: bool = False) -> list[tuple[str, str]]:
+    """(instruction, answer text) of a dataset made from the template instructions by `target`: the
+    passages of long-input tasks (`instructions.passage_instructions`) and the first turns of
+    follow-up conversations (`instructions_v2.follow_up_conversations`). Answers shorter than
+    `min_tokens`, sampled hotter than `max_temperature` or (with `ended_only`) cut off before the
+    end token are left out, and so are the sequences a training with this `seed` holds out for
+    validation (`loop.split`, any share up to 5 %): data made from their answers would teach the
+    head its own validation answers."""
     from specdec.train.instructions import generated_instructions
     from specdec.train.loop import held_out_indices
 
@@ -314,10 +291,15 @@ def answer_passages(folder: Path, target, *, min_tokens: int = 48, max_temperatu
     if questions is None:
         raise SpecdecError(f"{folder} was not made from the template instructions ({source!r}): its answers' "
                            "instructions cannot be recovered; use a folder made without --passages or --follow-ups")
+    if "prompt_digest" in meta and prompt_digest(questions) != meta["prompt_digest"]:
+        raise SpecdecError(f"{folder} answers other instructions than {source!r} makes now (its generator changed "
+                           "since): its answers cannot be paired with their instructions")
     held_out = held_out_indices(len(answers), HELD_OUT_SHARE, seed)
+    ends = set(target.eos_token_ids)
     return [(question, target.tokenizer.decode(ids, skip_special_tokens=True).strip())
             for i, (question, (ids, temperature)) in enumerate(zip(questions, answers))
-            if len(ids) >= min_tokens and temperature <= max_temperature and i not in held_out]
+            if len(ids) >= min_tokens and temperature <= max_temperature and i not in held_out
+            and (not ended_only or ids[-1] in ends)]
 
 
 def data_meta(folder: Path, target) -> dict | None:

@@ -9,8 +9,10 @@ generator, so a seed gives the same list on every machine.
 
 from __future__ import annotations
 
+import json
 import random
 import re
+from pathlib import Path
 
 TOPICS = [
     "photosynthesis", "the water cycle", "black holes", "volcanoes", "the French Revolution", "the printing press",
@@ -122,6 +124,13 @@ SOURCE_PREFIXES = {1: "instructions(seed=", 2: "instructions-v2(seed="}  # gener
 def instructions_source(version: int, seed: int) -> str:
     """How data made from generator `version` records its prompts (meta.json's prompt_source)."""
     return f"{SOURCE_PREFIXES[version]}{seed})"
+
+
+def generator_version(folder) -> int | None:
+    """The generator version a data folder's instructions came from (its meta.json), if any."""
+    meta = Path(folder) / "meta.json"
+    source = json.loads(meta.read_text()).get("prompt_source", "") if meta.is_file() else ""
+    return next((v for v, prefix in SOURCE_PREFIXES.items() if source.startswith(prefix)), None)
 
 
 def generated_instructions(source: str, count: int) -> list[str] | None:

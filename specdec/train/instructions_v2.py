@@ -19,6 +19,7 @@ from specdec.train.instructions import TOPICS, distinct
 NAMES = ["Maria", "James", "Aisha", "Tom", "Lena", "Carlos", "Priya", "Ben", "Sofia", "Omar", "Emma", "Jack",
          "Yuki", "Noah", "Fatima", "Lucas", "Hannah", "Ravi", "Chloe", "Daniel"]
 CITIES = ["Berlin", "Munich", "Hamburg", "Vienna", "Zurich", "Cologne", "Frankfurt", "Dresden", "Leipzig", "Bremen"]
+DAYS_EN = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
 COUNTRIES = ["France", "Japan", "Brazil", "Canada", "Kenya", "Australia", "India", "Mexico", "Norway", "Egypt",
              "Argentina", "Thailand", "Poland", "Peru", "Vietnam", "Morocco", "Sweden", "Chile", "Turkey", "Ghana"]
 
@@ -77,14 +78,14 @@ def _word_problem(r: random.Random) -> str:
         f"{n} reads {a * 5} pages on Monday, twice as many on Tuesday and {b * 4} pages on Wednesday. The book has "
         f"{a * 15 + b * 4 + c * 10} pages. How many pages are left to read?",
         f"A jacket costs ${a * 20}. It is on sale for {k * 5}% off, and delivery costs ${b}. How much does {n} pay?",
-        f"{n} is {a + 6} years old. {n}'s sister is {b} years older, and their grandfather is {k} times as old as "
-        "the sister. How old is the grandfather?",
+        f"{n} is {a + 6} years old. {n}'s sister is {b} years older, and their grandfather is {5 * k + 40} years "
+        "older than the sister. How old is the grandfather?",
         f"A train leaves at {b}:00 and travels at {c * 10 + 40} km per hour for {k} hours. How far does it go, and "
         "when does it arrive?",
         f"There are {a * 4 + 8} students in a class. A quarter of them walk to school and the rest take the bus. How "
         "many take the bus?",
         f"{n} saves ${a} every week. How many weeks does {n} need to save to buy a bike that costs ${a * (c + 5)}?",
-        f"A recipe needs {b} cups of flour for {a * 2} cookies. How many cups are needed for {a * 2 * k} cookies?",
+        f"A recipe needs {b} cups of flour for {a * 6} cookies. How many cups are needed for {a * 6 * k} cookies?",
         f"{n} and {m} share {a * 3} candies so that {n} gets twice as many as {m}. How many candies does each get?",
         f"A garden is {a + 4} metres long and {b + 2} metres wide. Fencing costs ${c} per metre. How much does it "
         "cost to fence the whole garden?",
@@ -115,6 +116,10 @@ FIELDS = ["modern education", "economics", "politics", "art", "science", "city l
 ALGORITHMS = ["binary search", "bubble sort", "merge sort", "quicksort", "breadth-first search", "depth-first search",
               "Dijkstra's algorithm", "a hash table lookup", "insertion sort", "dynamic programming for Fibonacci"]
 CLASS_LANGUAGES = ["Python", "Python", "Java", "JavaScript", "C++"]
+CLASS_SUBJECTS = ["a bank account", "a library book", "a to-do list", "a shopping cart", "a traffic light",
+                  "a deck of cards"]
+REPORT_SUBJECTS = ["a new bridge", "a storm", "a school concert", "a museum reopening", "a city marathon",
+                   "a new train line"]
 SQL_TASKS = ["lists all customers from Berlin", "counts the orders per customer",
              "finds the five most expensive products", "shows the average salary per department",
              "deletes users who never logged in", "finds employees hired after 2020"]
@@ -133,14 +138,13 @@ BUGGY_CODE = [
 def _puzzle(r: random.Random) -> str:
     a, b, c = r.sample(NAMES, 3)
     n, d, start = r.randint(4, 12), r.randint(2, 9), r.randint(1, 20)
-    days = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
     return r.choice([
         f"{a} is taller than {b}, and {b} is taller than {c}. Who is the shortest? Explain.",
         f"{a} is older than {b}. {c} is younger than {b}. Who is the oldest, and who is the youngest?",
         f"There are {n} people in a room and each shakes hands with every other person once. How many handshakes "
         "are there?",
         f"What comes next in the sequence {start}, {start + d}, {start + 2 * d}, {start + 3 * d}? Why?",
-        f"If today is {r.choice(days)}, what day of the week will it be in {n * 3} days?",
+        f"If today is {r.choice(DAYS_EN)}, what day of the week will it be in {n * 3} days?",
         f"{a}, {b} and {c} each own a different pet: a cat, a dog and a fish. {a} does not own the dog, and {b} owns "
         f"the fish. Who owns the cat?",
         f"A clock shows {d}:00. What angle do the hour and minute hands make?",
@@ -164,7 +168,7 @@ def _extraction(r: random.Random) -> str:
 # English news stories with slots (written for this file): the articles that summary requests hold.
 # Each story's first sentence is the lead; a summary request takes it and some of the rest, in order.
 NEWS_STORIES = [
-    ["The city council of {city} approved a plan on {day} to build {n} hundred new homes near the river.",
+    ["The city council of {city} approved a plan on {day} to build {hundreds} new homes near the river.",
      "The project is expected to cost about {n} million euros and to be finished by {year}.",
      "Supporters say the homes are badly needed, as rents in {city} have risen for ten years in a row.",
      "Critics say the money would be better spent on schools and public transport.",
@@ -177,7 +181,7 @@ NEWS_STORIES = [
     ["Energy prices rose by {n} percent last year, according to figures published on {day}.",
      "Households with low incomes have been hit hardest, the report said.",
      "Many families have cut back on heating and turned to second-hand shops for clothes.",
-     "The government has promised a support payment of {a} hundred euros per household this winter.",
+     "The government has promised a support payment of {hundreds} euros per household this winter.",
      "Consumer groups say the help comes too late and is too small."],
     ["The local football club of {city} won the cup final {a} to {b} in front of {n} thousand fans on {day}.",
      "It was the club's first trophy in more than twenty years.",
@@ -191,10 +195,10 @@ NEWS_STORIES = [
      "Other researchers say the results are promising but must still be confirmed at a larger scale."],
     ["Ticket prices for buses and trams in {city} will rise by {a} percent from next month.",
      "The transport company says higher wages and fuel costs leave it no choice.",
-     "Residents have started a petition against the increase, which has gathered {n} hundred signatures.",
+     "Residents have started a petition against the increase, which has gathered {hundreds} signatures.",
      "Students and pensioners will keep their reduced monthly passes.",
      "The mayor said the decision was difficult but necessary to keep the service running."],
-    ["A study of {n} hundred adults found that people who walk for half an hour every day sleep better.",
+    ["A study of {hundreds} adults found that people who walk for half an hour every day sleep better.",
      "The participants wore activity trackers for six months and kept a sleep diary.",
      "Those who walked the most fell asleep faster and woke up less often at night.",
      "The effect was strongest among people over sixty.",
@@ -205,14 +209,12 @@ NEWS_STORIES = [
      "Entry is free on the first Sunday of every month.",
      "The exhibition runs until the end of {year}."],
 ]
-DAYS_EN = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
-
-
 def _news(r: random.Random) -> str:
     lead, *rest = r.choice(NEWS_STORIES)
     kept = sorted(r.sample(range(len(rest)), r.randint(2, len(rest))))
+    a = r.randint(1, 5)
     slots = dict(city=r.choice(CITIES), day=r.choice(DAYS_EN), n=r.randint(2, 90), year=r.randint(2026, 2035),
-                 a=r.randint(1, 5), b=r.randint(0, 3), topic=r.choice(TOPICS))
+                 a=a, b=r.randint(0, a - 1), hundreds=100 * r.randint(2, 40), topic=r.choice(TOPICS))
     return " ".join(s.format(**slots) for s in [lead] + [rest[i] for i in kept])
 
 
@@ -228,11 +230,12 @@ def _summary(r: random.Random) -> str:
 
 # German sentences for translation requests (written for this file; the slots keep them grammatical).
 GERMAN_SUBJECTS = ["Mein Bruder", "Die Lehrerin", "Unser Nachbar", "Der Bürgermeister", "Meine Großmutter",
-                   "Die neue Kollegin", "Der Arzt", "Das Kind", "Die Firma", "Der Verein"]
+                   "Die neue Kollegin", "Der Arzt", "Meine Tante", "Der Student", "Die Journalistin"]  # people
+GERMAN_CITIES = ["Berlin", "München", "Hamburg", "Wien", "Zürich", "Köln", "Frankfurt", "Dresden", "Leipzig", "Bremen"]
 GERMAN_SENTENCES = [
     "{s} fährt {when} mit dem Zug nach {city}.",
     "{s} hat letzte Woche ein neues Fahrrad gekauft.",
-    "{s} arbeitet seit {n} Jahren in {city}.",
+    "{s} wohnt seit {years} Jahren in {city}.",
     "{s} möchte im Sommer in den Bergen wandern.",
     "{s} war gestern krank und ist deshalb zu Hause geblieben.",
     "Die Regierung hat am {day} ein neues Gesetz zum Schutz der Wälder beschlossen.",
@@ -241,7 +244,7 @@ GERMAN_SENTENCES = [
     "Der Verein gewann das Spiel am Samstag mit drei zu eins.",
     "Das Museum in {city} zeigt ab {month} eine Ausstellung über die Geschichte der Stadt.",
     "Wegen des starken Regens wurden mehrere Straßen in {city} gesperrt.",
-    "Die Firma will bis {year} rund {n} hundert neue Arbeitsplätze schaffen.",
+    "Die Firma will bis {year} rund {hundreds} neue Arbeitsplätze schaffen.",
     "Viele Menschen kaufen ihre Lebensmittel inzwischen im Internet.",
     "Die Schule bleibt wegen Bauarbeiten bis Ende {month} geschlossen.",
     "Experten erwarten, dass die Zahl der Touristen im nächsten Jahr weiter steigt.",
@@ -255,8 +258,9 @@ GERMAN_MONTHS = ["Januar", "März", "Mai", "Juli", "September", "November"]
 
 
 def _german(r: random.Random, sentences: int) -> str:
-    slots = dict(s=r.choice(GERMAN_SUBJECTS), when=r.choice(GERMAN_WHEN), city=r.choice(CITIES), n=r.randint(2, 30),
-                 day=r.choice(GERMAN_DAYS), month=r.choice(GERMAN_MONTHS), year=r.randint(2026, 2035))
+    slots = dict(s=r.choice(GERMAN_SUBJECTS), when=r.choice(GERMAN_WHEN), city=r.choice(GERMAN_CITIES),
+                 n=r.randint(2, 30), years=r.randint(2, 9), hundreds=100 * r.randint(2, 40), day=r.choice(GERMAN_DAYS),
+                 month=r.choice(GERMAN_MONTHS), year=r.randint(2026, 2035))
     return " ".join(s.format(**slots) for s in r.sample(GERMAN_SENTENCES, sentences))
 
 
@@ -284,8 +288,8 @@ FAMILIES = [
     lambda r: f"Explain the time complexity of {r.choice(ALGORITHMS)} and when you would use it.",
     lambda r: f"Write an SQL query that {r.choice(SQL_TASKS)}, and explain it.",
     lambda r: f"Find and fix the bug in this Python function:\n\n```python\n{r.choice(BUGGY_CODE)}\n```",
-    lambda r: f"Write a {r.choice(CLASS_LANGUAGES)} class that models {r.choice(['a bank account', 'a library book', 'a to-do list', 'a shopping cart', 'a traffic light', 'a deck of cards'])}.",
-    lambda r: f"Write a short news report about {r.choice(['a new bridge', 'a storm', 'a school concert', 'a museum reopening', 'a city marathon', 'a new train line'])} in {r.choice(CITIES)}.",
+    lambda r: f"Write a {r.choice(CLASS_LANGUAGES)} class that models {r.choice(CLASS_SUBJECTS)}.",
+    lambda r: f"Write a short news report about {r.choice(REPORT_SUBJECTS)} in {r.choice(CITIES)}.",
 ]
 
 
