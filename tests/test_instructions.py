@@ -14,8 +14,18 @@ import pytest
 from specdec.cli import main
 from specdec.errors import SpecdecError
 from specdec.train.distill import answered_instructions, encode_prompts, load_sequences
-from specdec.train.instructions import generated_instructions, instructions, instructions_source
-from specdec.train.instructions_v2 import FAMILIES, FOLLOW_UPS, follow_up_conversations, instructions_v2
+from specdec.train.instructions import (
+    generated_instructions,
+    instructions,
+    instructions_source,
+)
+from specdec.train.instructions_v2 import (
+    FAMILIES,
+    FOLLOW_UPS,
+    follow_up_conversations,
+    instructions_v2,
+)
+from specdec.train.loop import held_out_indices
 
 
 def digest(texts: list[str]) -> str:
@@ -73,7 +83,7 @@ def test_follow_ups_through_the_command_line(tiny_folder, tiny_target, tmp_path,
     from specdec.runtime import load_model
 
     chat = load_model(str(model))
-    answered = answered_instructions(first, chat)
+    answered = answered_instructions(first, chat, min_tokens=8, ended_only=True)  # what --follow-ups takes
     assert main(["train", "data", *common, "--data", str(turns), "--prompts", "5", "--follow-ups", str(first)]) == 0
     meta = json.loads((turns / "meta.json").read_text())
     assert meta["prompt_source"] == f"follow-ups(first: {len(answered)}, seed=0)" and meta["sequences"] == 5
@@ -90,3 +100,26 @@ def test_follow_ups_through_the_command_line(tiny_folder, tiny_target, tmp_path,
     assert "--passages and --follow-ups each make a data folder of their own" in capsys.readouterr().err
     with pytest.raises(SpecdecError, match="conversations need a model with a chat template"):
         encode_prompts(tiny_target.tokenizer, [("question", "answer", "and?")])  # the tiny model has none
+
+
+def test_a_folder_keeps_its_generator_and_its_prompts(tiny_folder, tiny_target, tmp_path, capsys):
+    common = ["--model", str(tiny_folder), "--max-new-tokens", "8", "--aux-layers", "0,1", "--batch-size", "4"]
+    first = tmp_path / "first"
+    assert main(["train", "data", *common, "--data", str(first), "--prompts", "6", "--instructions", "1"]) == 0
+    assert main(["train", "data", *common, "--data", str(first), "--prompts", "8"]) == 0  # resumed: generator 1 still
+    meta = json.loads((first / "meta.json").read_text())
+    assert meta["prompt_source"] == "instructions(seed=0)" and meta["sequences"] == 8
+    assert [q for q, _ in answered_instructions(first, tiny_target, min_tokens=0, max_temperature=2)] == [
+        q for i, q in enumerate(instructions(8, seed=0)) if i not in (held_out_indices(8, 0.05, seed=0))]
+    capsys.readouterr()
+    assert main(["train", "data", *common, "--data", str(first), "--prompts", "8", "--instructions", "2"]) == 1
+    assert "holds data made with other settings" in capsys.readouterr().err
+    meta["prompt_digest"] = "0" * 64  # as if the generator had changed since the data was made
+    (first / "meta.json").write_text(json.dumps(meta))
+    assert main(["train", "data", *common, "--data", str(first), "--prompts", "9"]) == 1
+    assert "holds answers to other prompts than 'instructions(seed=0)' makes now" in capsys.readouterr().err
+    with pytest.raises(SpecdecError, match="answers other instructions than 'instructions\\(seed=0\\)' makes now"):
+        answered_instructions(first, tiny_target)
+    assert main(["train", "data", *common, "--data", str(tmp_path / "x"), "--follow-ups", str(first),
+                 "--instructions", "1"]) == 1
+    assert "--instructions picks the template generator" in capsys.readouterr().err

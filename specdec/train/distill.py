@@ -212,7 +212,7 @@ def distill(target, prompts: list[str | tuple[str, ...]], out_dir: Path, *, max_
     meta_path.write_text(json.dumps(meta, indent=1))
     encoded = encode_prompts(target.tokenizer, prompts)
     shards_done = len(shard_paths(out_dir))
-    first = shards_done * shard_size
+    first = stored_sequences(out_dir)  # the last shard may be short: a run asked for fewer prompts then
     todo = {i: encoded[i] for i in range(first, len(encoded))}
     started = time.perf_counter()
     finished: dict[int, Sequence] = {}
@@ -224,7 +224,8 @@ def distill(target, prompts: list[str | tuple[str, ...]], out_dir: Path, *, max_
         counts["answer_tokens"] += len(seq.tokens) - seq.answer_start
         while True:  # write every shard whose prompts have all ended, in order
             k = counts["next_shard"]
-            members = range(k * shard_size, min((k + 1) * shard_size, len(encoded)))
+            start = first + (k - shards_done) * shard_size
+            members = range(start, min(start + shard_size, len(encoded)))
             if not members or any(i not in finished for i in members):
                 break
             save_shard(out_dir / f"shard-{k:05d}.safetensors", [finished.pop(i) for i in members])
@@ -246,6 +247,17 @@ def distill(target, prompts: list[str | tuple[str, ...]], out_dir: Path, *, max_
                 answer_tokens_per_second=round(counts["answer_tokens"] / seconds, 1) if todo and seconds else None)
     meta_path.write_text(json.dumps(meta, indent=1))
     return meta
+
+
+def stored_sequences(folder: Path) -> int:
+    """How many sequences a data folder's shards hold (read from their headers)."""
+    from safetensors import safe_open
+
+    total = 0
+    for path in shard_paths(folder):
+        with safe_open(str(path), framework="pt") as shard:
+            total += shard.get_slice("answer_starts").get_shape()[0]
+    return total
 
 
 def read_answers(folder: Path) -> list[tuple[list[int], float]]:
