@@ -144,21 +144,22 @@ def generated_instructions(source: str, count: int) -> list[str] | None:
     return None if version is None else makers[version](count, seed=int(match.group(2)))
 
 
-def distinct(count: int, seed: int, draw, shortage: str) -> list[str]:
-    """The first `count` distinct texts `draw(rng)` makes from one generator seeded with `seed`;
-    ValueError(`shortage`) when they run out (after 50 × count + 1000 draws)."""
+def distinct(count: int, seed: int, draw, shortage: str) -> list:
+    """The first `count` distinct prompts (texts, or tuples of turns) `draw(rng)` makes from one
+    generator seeded with `seed`; ValueError(`shortage`) when they run out (after 50 × count + 1000
+    draws)."""
     rng = random.Random(seed)
-    seen: set[str] = set()
-    out: list[str] = []
+    seen: set = set()
+    out: list = []
     attempts = 0
     while len(out) < count:
         attempts += 1
         if attempts > 50 * count + 1000:
             raise ValueError(shortage)
-        text = draw(rng)
-        if text not in seen:
-            seen.add(text)
-            out.append(text)
+        prompt = draw(rng)
+        if prompt not in seen:
+            seen.add(prompt)
+            out.append(prompt)
     return out
 
 
