@@ -176,10 +176,13 @@ class Row:
         draft = Draft([])
         if drafter and budget > 0:
             proposing = time.perf_counter()
-            draft = drafter.propose(self.tokens, budget, self.params, self.generator)
+            early = self.policy.keep_drafting(plan, rows) if drafter.stops_early else None
+            extra = {"keep_drafting": early} if early else {}
+            draft = drafter.propose(self.tokens, budget, self.params, self.generator, **extra)
             costs = self.engine.cost_model
             if costs is not None and drafter.name in self.timed_drafters:  # a first call also catches up
-                costs.observe_draft(drafter.name, budget, time.perf_counter() - proposing)
+                drafted = len(draft) if drafter.stops_early else budget  # a chain that stopped early drafted fewer
+                costs.observe_draft(drafter.name, drafted, time.perf_counter() - proposing)
             self.timed_drafters.add(drafter.name)
         if drafter:
             self._check_draft(drafter, draft, budget, self.cache.length == committed_len)
@@ -266,7 +269,7 @@ class Row:
         # 6. record
         depth = draft.depth  # draft positions: a chain's length, a tree's depth ("drafted")
         if self.policy:
-            self.policy.observe(self.plan, depth, n, draft.match_length)
+            self.policy.observe(self.plan, depth, n, draft.match_length, draft.confidence)
         drafter = self.drafter
         self.stats.record_round(depth, n, verified_tokens=len(draft), drafter=drafter.name if drafter else "plain",
                                 gamma=self.plan.gamma, committed=len(pieces), draft_seconds=self.draft_seconds,

@@ -35,6 +35,18 @@ the same length (a running estimate per match length, with the same prior). Each
 to nothing fades that estimate's evidence by `memory`, so a match length given up on is retried
 after some twenty proposals.
 
+A model that drafts a chain (an EAGLE-3 head) says how sure it is at each position it drafts, and on
+Spec-Bench that confidence predicts acceptance well (docs/bench/eagle3-v2-128: 0.11 accepted below
+0.2, 0.95 above 0.9). Such a drafter (`stops_early`) is asked for up to max_gamma tokens and drafts
+while `keep_drafting` says one more token could pay: with â(c) the acceptance seen after tokens of
+confidence c (a running estimate per confidence bucket, each starting at its bucket's centre), the
+chain so far is expected to commit E_k = 1 + Σ_{i≤k} Π_{j≤i} â(c_j), and it goes on while
+S(k + 1) with one more token as likely as the best bucket's beats S(k). Whether token k + 1 is
+drafted depends only on the tokens before it, so a sampled chain stays exact (each drafted token is
+still drawn from q given what precedes it); the whole chain is verified (no `trim` by confidence:
+keeping token j for the sake of a confident token after it would make j's inclusion depend on j
+itself, and bias the acceptance test).
+
 α_i is a running, forgetting estimate: each observation of position i counts 1 and older ones are
 discounted by `memory` per observation; a prior (`prior`, weight 1) keeps early estimates sane, and
 a position never drafted yet takes the estimate of the position before it. A drafter passed over
@@ -46,6 +58,8 @@ same lossless rule whatever γ and drafter were chosen, and the choice depends o
 
 from __future__ import annotations
 
+import bisect
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -57,6 +71,7 @@ FREE_SHARE = 0.02  # a drafter whose longest draft costs at most this share of a
 MATCH_BUCKETS = 6  # free drafters' acceptance is kept apart by match length 0, 1, ... 6 (6 = 6 or more)
 CARRY = 0.5  # share of its evidence a request's policy passes on to the next request on the same engine
 DECISION_LOG_LIMIT = 200
+CONFIDENCE_EDGES = (0.2, 0.4, 0.6, 0.8, 0.9)  # buckets of a drafter's confidence in a token: [0, 0.2), ... [0.9, 1]
 
 
 @dataclass(frozen=True)
@@ -112,6 +127,51 @@ class PositionAcceptance:
         return total
 
 
+class ConfidenceAcceptance:
+    """Running acceptance of drafted tokens by the drafter's confidence in them (`CONFIDENCE_EDGES`
+    buckets), forgetting old evidence; each bucket starts at its centre (prior weight 1)."""
+
+    def __init__(self, memory: float = 0.9) -> None:
+        bounds = (0.0, *CONFIDENCE_EDGES, 1.0)
+        self.centres = [(lo + hi) / 2 for lo, hi in zip(bounds, bounds[1:])]
+        self.memory = memory
+        self.accepted = [0.0] * len(self.centres)
+        self.seen = [0.0] * len(self.centres)
+
+    @staticmethod
+    def bucket(confidence: float) -> int:
+        return bisect.bisect_right(CONFIDENCE_EDGES, confidence)
+
+    def rate(self, confidence: float) -> float:
+        i = self.bucket(confidence)
+        return (self.accepted[i] + self.centres[i]) / (self.seen[i] + 1)
+
+    def best(self) -> float:
+        return max((a + c) / (n + 1) for a, c, n in zip(self.accepted, self.centres, self.seen))
+
+    def expected_tokens(self, confidence: list[float]) -> float:
+        """E = 1 + Σ_i Π_{j≤i} â(c_j) for a chain whose tokens have these confidences."""
+        total, survive = 1.0, 1.0
+        for c in confidence:
+            survive *= self.rate(c)
+            total += survive
+        return total
+
+    def observe(self, confidence: list[float], accepted: int) -> None:
+        """A chain with these confidences had its first `accepted` tokens accepted: every token the
+        target reached (the accepted ones and the first rejected) is evidence for its bucket."""
+        for i, c in enumerate(confidence[:accepted + 1]):
+            b = self.bucket(c)
+            self.accepted[b] = self.accepted[b] * self.memory + (i < accepted)
+            self.seen[b] = self.seen[b] * self.memory + 1
+
+    def faded_copy(self, factor: float) -> ConfidenceAcceptance:
+        copy = ConfidenceAcceptance(self.memory)
+        copy.accepted = [a * factor for a in self.accepted]
+        copy.seen = [n * factor for n in self.seen]
+        return copy
+
+
 class FixedPolicy:
     """γ fixed by hand, one drafter: every round drafts `gamma` tokens."""
 
@@ -122,10 +182,14 @@ class FixedPolicy:
     def choose(self, rows: int = 1) -> RoundPlan:
         return self.plan
 
+    def keep_drafting(self, plan: RoundPlan, rows: int = 1) -> None:
+        return None  # γ fixed by hand: every token of it is drafted
+
     def trim(self, plan: RoundPlan, draft, rows: int = 1) -> int:
         return len(draft)
 
-    def observe(self, plan: RoundPlan, drafted: int, accepted: int, match_length: int = 0) -> None:
+    def observe(self, plan: RoundPlan, drafted: int, accepted: int, match_length: int = 0,
+                confidence: list[float] | None = None) -> None:
         pass
 
 
@@ -134,7 +198,8 @@ class AdaptivePolicy:
 
     def __init__(self, costs: CostModel, drafter_names: list[str], max_gamma: int = 8,
                  fixed_gamma: int | None = None, prior: float = 0.6, memory: float = 0.9,
-                 idle_memory: float = 0.98, verified: list[Callable[[int], int]] | None = None) -> None:
+                 idle_memory: float = 0.98, verified: list[Callable[[int], int]] | None = None,
+                 stops_early: list[bool] | None = None) -> None:
         self.costs = costs
         self.names = drafter_names
         # per drafter: γ → draft tokens in the verification pass (a tree verifies more than its depth)
@@ -143,6 +208,8 @@ class AdaptivePolicy:
         self.may_fall_back = fixed_gamma is None  # a γ fixed by hand is kept, even when it loses
         self.acceptance = [PositionAcceptance(prior, memory, positions=max(self.gammas)) for _ in drafter_names]
         self.by_match = [dict() for _ in drafter_names]  # free drafters: match-length bucket → PositionAcceptance
+        self.stops_early = stops_early or [False] * len(drafter_names)  # drafts while keep_drafting says so
+        self.by_confidence = [ConfidenceAcceptance(memory) for _ in drafter_names]
         one_pass = costs.target_pass(1)
         self.free = [costs.draft_seconds(name, max(self.gammas)) <= FREE_SHARE * one_pass for name in drafter_names]
         self.prior, self.memory = prior, memory
@@ -162,6 +229,7 @@ class AdaptivePolicy:
             return
         self.acceptance = [a.faded_copy(keep) for a in earlier.acceptance]
         self.by_match = [{key: bucket.faded_copy(keep) for key, bucket in buckets.items()} for buckets in earlier.by_match]
+        self.by_confidence = [c.faded_copy(keep) for c in earlier.by_confidence]
         self.cooldown, self.plain_streak = earlier.cooldown, earlier.plain_streak
 
     def predictions(self, rows: int = 1) -> list[tuple[float, int, int]]:
@@ -204,8 +272,26 @@ class AdaptivePolicy:
         return plan
 
     def _ask(self, index: int, gamma: int) -> int:
-        """A drafter that costs nothing is asked for all it has; `trim` then keeps what pays."""
-        return max(self.gammas) if self.free[index] and self.may_fall_back else gamma
+        """A drafter that costs nothing is asked for all it has, and so is one that stops drafting by
+        itself (`keep_drafting`); `trim` then keeps what pays."""
+        return max(self.gammas) if (self.free[index] or self.stops_early[index]) and self.may_fall_back else gamma
+
+    def keep_drafting(self, plan: RoundPlan, rows: int = 1) -> Callable[[list[float]], bool] | None:
+        """For a drafter that `stops_early`: whether, after tokens of these confidences, one more
+        could pay (S(k + 1), the next token as likely as the best confidence bucket, above S(k)).
+        None: draft what the plan asks (γ fixed by hand, or another drafter)."""
+        if plan.drafter is None or not self.stops_early[plan.drafter] or not self.may_fall_back:
+            return None
+        name, estimates = self.names[plan.drafter], self.by_confidence[plan.drafter]
+        best = estimates.best()
+
+        def go_on(confidence: list[float]) -> bool:
+            k, expected = len(confidence), estimates.expected_tokens(confidence)
+            survive = math.prod(estimates.rate(c) for c in confidence)
+            return (self.costs.predicted_speedup(name, k + 1, expected + survive * best, rows=rows)
+                    > self.costs.predicted_speedup(name, k, expected, rows=rows))
+
+        return go_on
 
     def _why(self, speedup: float, index: int, gamma: int) -> str:
         alphas = ", ".join(f"{a:.2f}" for a in self.acceptance[index].alphas(gamma))
@@ -234,12 +320,15 @@ class AdaptivePolicy:
                 best_k, best = k, speedup
         return best_k
 
-    def observe(self, plan: RoundPlan, drafted: int, accepted: int, match_length: int = 0) -> None:
+    def observe(self, plan: RoundPlan, drafted: int, accepted: int, match_length: int = 0,
+                confidence: list[float] | None = None) -> None:
         if plan.drafter is None:
             return  # a plain round: no evidence, and nothing fades (coming back is the probes' job)
         for index, acceptance in enumerate(self.acceptance):
             if index == plan.drafter:
                 acceptance.observe(drafted, accepted)
+                if self.stops_early[index] and confidence:
+                    self.by_confidence[index].observe(confidence, accepted)
                 if self.free[index] and drafted:
                     self._bucket(index, match_length).observe(drafted, accepted)
                 elif self.free[index] and match_length:  # a proposal trimmed to nothing: its evidence

@@ -200,8 +200,10 @@ def test_bad_prompts_are_refused(tiny_folder):
 
 # --- whole generations against the exact law -------------------------------------------------
 
-def sampled_pvalue(engine: Engine, law: dict, gamma: int | str = 3, choices: set | None = None) -> float:
-    """p-value of RUNS seeded generations against `law`; `choices` collects each run's policy decisions."""
+def sampled_pvalue(engine: Engine, law: dict, gamma: int | str = 3, choices: set | None = None,
+                   reached: list | None = None) -> float:
+    """p-value of RUNS seeded generations against `law`; `choices` collects each run's policy
+    decisions, `reached` [8] adds up how many rounds drafted each position."""
     counts: dict[tuple[int, ...], int] = {}
     for seed in range(RUNS):
         config = GenerationConfig(max_new_tokens=NEW_TOKENS, gamma=gamma, ignore_eos=True,
@@ -211,7 +213,31 @@ def sampled_pvalue(engine: Engine, law: dict, gamma: int | str = 3, choices: set
         counts[key] = counts.get(key, 0) + 1
         if choices is not None:
             choices.add(tuple((d["drafter"], d["gamma"]) for d in result.stats.decisions))
+        if reached is not None:
+            for i, n in enumerate(result.stats.drafted_per_position[:len(reached)]):
+                reached[i] += n
     return law_pvalue(counts, law)
+
+
+def confident_chain(tiny_target, draft_model) -> Engine:
+    """An EAGLE-3 chain alone with γ = auto: asked for up to 8 tokens, it drafts while its
+    confidence says one more could pay (`AdaptivePolicy.keep_drafting`)."""
+    chain = drafters(tiny_target, draft_model)["eagle3-chain"]
+    assert chain.stops_early
+    return Engine(tiny_target, chain, cost_model=synthetic_costs([chain], 0.02))
+
+
+def test_a_chain_that_stops_by_its_confidence_follows_the_target_distribution(tiny_target, draft_model,
+                                                                              first_tokens_law):
+    reached = [0] * 8
+    assert sampled_pvalue(confident_chain(tiny_target, draft_model), first_tokens_law, "auto", reached=reached) > ALPHA
+    assert reached[0] > reached[1] > 0  # rounds stopped after one token and rounds went on: the lengths varied
+
+
+def test_a_chain_that_stops_by_its_confidence_negative_control(tiny_target, draft_model, first_tokens_law,
+                                                               monkeypatch):
+    monkeypatch.setattr(batch_module, "speculative_sample", accept_everything)
+    assert sampled_pvalue(confident_chain(tiny_target, draft_model), first_tokens_law, "auto") < ALPHA
 
 
 @pytest.mark.parametrize("kind", ["plain", "ngram", "draft", "early", "suffix", "eagle", "eagle-tree", "eagle3", "medusa"])

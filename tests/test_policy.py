@@ -255,3 +255,39 @@ def test_the_default_batch_bound_is_the_knee_of_the_measured_throughput():
     assert best_batch(costs) == 8
     assert best_batch(costs, largest=4) == 4
     assert best_batch(CostModel({1: 1.0}, calibrate=False)) == 1  # no rows measured: one at a time
+
+
+def test_a_confident_chain_drafts_while_its_confidence_pays():
+    """A drafter that stops early is asked for max γ and goes on while one more token could pay:
+    further after confident tokens than after unsure ones, and further where verifying costs little."""
+    policy = AdaptivePolicy(costs(0.2, d=0.02), ["d"], max_gamma=8, stops_early=[True])
+    plan = policy.choose()
+    assert plan.gamma == 8
+    go_on = policy.keep_drafting(plan)
+    assert go_on([0.95]) and go_on([0.95, 0.95])
+    assert not go_on([0.05])  # a token the head doubts: the next one would not pay for its place in the pass
+    flat = AdaptivePolicy(costs(0.0, d=0.0), ["d"], max_gamma=8, stops_early=[True])
+    assert flat.keep_drafting(flat.choose())([0.05, 0.3])  # verifying costs nothing more: go on
+    fixed = AdaptivePolicy(costs(0.2, d=0.02), ["d"], max_gamma=8, fixed_gamma=3, stops_early=[True])
+    assert fixed.keep_drafting(fixed.choose()) is None and fixed.choose().gamma == 3  # γ fixed by hand: drafted whole
+    plain = AdaptivePolicy(costs(0.2, d=0.02), ["d"], max_gamma=8)
+    assert plain.keep_drafting(plain.choose()) is None and plain.choose().gamma < 8  # not a drafter that stops
+
+
+def test_a_chain_learns_what_its_confidence_is_worth():
+    """The acceptance per confidence bucket is learned: a head whose confident tokens are rejected
+    (the control: a lying head) stops being trusted, one whose unsure tokens are accepted is trusted."""
+    policy = AdaptivePolicy(costs(0.2, d=0.02), ["d"], max_gamma=8, stops_early=[True])
+    plan = policy.choose()
+    assert policy.keep_drafting(plan)([0.95, 0.95])
+    for _ in range(40):
+        policy.observe(plan, 2, 0, confidence=[0.95, 0.95])  # confident, and wrong at once
+    assert policy.by_confidence[0].rate(0.95) < 0.1
+    assert not policy.keep_drafting(plan)([0.95, 0.95])
+    hopeful = AdaptivePolicy(costs(0.2, d=0.02), ["d"], max_gamma=8, stops_early=[True])
+    plan = hopeful.choose()
+    assert not hopeful.keep_drafting(plan)([0.05])
+    for _ in range(40):
+        hopeful.observe(plan, 2, 2, confidence=[0.05, 0.05])  # unsure, and right
+    assert hopeful.by_confidence[0].rate(0.05) > 0.9 and hopeful.keep_drafting(plan)([0.05])
+    assert hopeful.by_confidence[0].rate(0.5) == 0.5  # other buckets keep their prior

@@ -32,6 +32,7 @@ class Draft:
     q: torch.Tensor | None = None  # [k, V] float32 draft probabilities; None = point mass
     match_length: int = 0  # lookup drafters: how many context tokens the match behind the proposal covers
     parents: list[int] | None = None  # a token tree: node i hangs under parents[i] (-1: the root); None: a chain
+    confidence: list[float] | None = None  # [k] a model's chain: the top probability of its distribution at each position
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -45,7 +46,8 @@ class Draft:
         """The first k tokens of a chain (any prefix of a proposal is itself a valid proposal)."""
         if self.parents is not None:
             raise ValueError("a token tree has no prefix; verify it whole")
-        return Draft(self.tokens[:k], None if self.q is None else self.q[:k], self.match_length)
+        return Draft(self.tokens[:k], None if self.q is None else self.q[:k], self.match_length,
+                     confidence=None if self.confidence is None else self.confidence[:k])
 
 
 class Drafter(ABC):
@@ -56,6 +58,7 @@ class Drafter(ABC):
     max_nodes: int = 0  # a tree drafter: the most nodes one proposal holds (the engine reserves that much cache); 0: chains
     wants_features: bool = False  # True: the engine hands over the target's features (`accept_features`)
     feature_layers: tuple[int, ...] = ()  # which: () the final-norm hidden states, else the inputs of these layers
+    stops_early: bool = False  # `propose` takes keep_drafting: a chain asks, token by token, whether to go on
 
     @abstractmethod
     def begin(self, prompt_ids: list[int], max_len: int, target_cache=None) -> None:
@@ -129,6 +132,7 @@ def draft_chain(
     generator: torch.Generator,
     vocab_ids: torch.Tensor | None = None,
     vocab_size: int = 0,
+    keep_drafting: Callable[[list[float]], bool] | None = None,
 ) -> Draft:
     """Draft `max_tokens` tokens one at a time from a model.
 
@@ -137,22 +141,31 @@ def draft_chain(
     the logits over that vocabulary [Vd], mapped to target ids here (a greedy step then never builds
     a [V] row). It is called with `feed` first, then with each drafted token but the last. Tokens
     are the argmax when greedy, else drawn from q, the draft's distribution under the target's
-    transform.
+    transform. The largest probability of the draft's distribution at each position is its
+    confidence there (greedy: the drafted token's; sampled: not the drawn token's, which says less
+    about acceptance); with `keep_drafting`, drafting stops early once `keep_drafting(confidences
+    so far)` says so (a confident chain goes on, an unsure one stops; the decision depends only on
+    the tokens drafted before, so any such prefix is verified exactly).
     """
     drafted: list[int] = []
     probs: list[torch.Tensor] = []
+    confidence: list[float] = []
     logits = next_logits(feed)  # [V] or [Vd]
     for i in range(max_tokens):
         if params.greedy:  # (greedy verification reads no q)
             index = int(logits.argmax())
             token = index if vocab_ids is None else int(vocab_ids[index])
+            confidence.append(float(torch.softmax(logits.float(), -1)[index]))
         else:
             if vocab_ids is not None:
                 logits = full_vocabulary_logits(logits[None], vocab_ids, vocab_size)[0]  # [V]
             q = logits_to_probs(logits, params)  # [V]
             token = int(sample(q[None], generator))
             probs.append(q)
+            confidence.append(float(q.max()))
         drafted.append(token)
-        if i + 1 < max_tokens:
+        if i + 1 < max_tokens and (keep_drafting is None or keep_drafting(confidence)):
             logits = next_logits([token])
-    return Draft(drafted, None if params.greedy else torch.stack(probs))  # q: [k, V]
+        else:
+            break
+    return Draft(drafted, None if params.greedy else torch.stack(probs), confidence=confidence)  # q: [k, V]

@@ -89,6 +89,7 @@ class EagleDrafter(Drafter):
         if tree_budget < 0 or top_k < 1:
             raise ConfigError(f"an EAGLE tree needs a budget >= 1 node and top_k >= 1, got {tree_budget} and {top_k}")
         self.max_nodes = tree_budget  # 0: chains
+        self.stops_early = not tree_budget  # a chain drafts while the policy's keep_drafting says its confidence pays
         self.top_k = top_k
         self.cache: StaticKVCache | None = None
         self.features: torch.Tensor | None = None  # [max_len, hidden]: f_t of committed tokens
@@ -166,7 +167,8 @@ class EagleDrafter(Drafter):
         self.cache.truncate(start)
         return start
 
-    def propose(self, tokens: list[int], max_tokens: int, params: SamplingParams, generator: torch.Generator) -> Draft:
+    def propose(self, tokens: list[int], max_tokens: int, params: SamplingParams, generator: torch.Generator,
+                keep_drafting=None) -> Draft:
         if max_tokens <= 0:
             return Draft([], None)
         if self.max_nodes:
@@ -185,7 +187,7 @@ class EagleDrafter(Drafter):
 
         try:
             return draft_chain(next_logits, tokens[start + 1:], max_tokens, params, generator, self.vocab_ids,
-                               self.net.vocab_size)
+                               self.net.vocab_size, keep_drafting)
         finally:
             self.cache.truncate(self.known)
 
