@@ -256,7 +256,7 @@ class AdaptivePolicy:
             plan = RoundPlan(index, self._ask(index, gamma), speedup, f"best predicted: {why}")
         elif self.plain_streak >= self.cooldown and not self.free[index]:
             self.cooldown = min(2 * self.cooldown, COOLDOWN_MAX)
-            plan = RoundPlan(index, gamma, speedup, f"probe after {self.plain_streak} rounds: {why}")
+            plan = RoundPlan(index, self._ask(index, gamma), speedup, f"probe after {self.plain_streak} rounds: {why}")
             self.plain_streak = 0
         elif free:
             self.plain_streak += 1
@@ -272,8 +272,8 @@ class AdaptivePolicy:
         return plan
 
     def _ask(self, index: int, gamma: int) -> int:
-        """A drafter that costs nothing is asked for all it has, and so is one that stops drafting by
-        itself (`keep_drafting`); `trim` then keeps what pays."""
+        """A drafter that costs nothing is asked for all it has (`trim` then keeps what pays), and so
+        is one that stops drafting by itself (`keep_drafting`)."""
         return max(self.gammas) if (self.free[index] or self.stops_early[index]) and self.may_fall_back else gamma
 
     def keep_drafting(self, plan: RoundPlan, rows: int = 1) -> Callable[[list[float]], bool] | None:
@@ -309,8 +309,8 @@ class AdaptivePolicy:
         makes it a plain round. Other drafters' proposals, and token trees (a tree has no prefix; a
         tree drafter beside a large target can cost little enough to count as free), are kept whole."""
         if (plan.drafter is None or not self.free[plan.drafter] or not self.may_fall_back or not len(draft)
-                or draft.parents is not None):
-            return len(draft)
+                or draft.parents is not None or self.stops_early[plan.drafter]):
+            return len(draft)  # a chain that stopped by itself is verified whole (a cut could bias it)
         name = self.names[plan.drafter]
         bucket = self._bucket(plan.drafter, draft.match_length)
         best_k, best = 0, 1.0

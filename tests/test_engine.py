@@ -200,10 +200,8 @@ def test_bad_prompts_are_refused(tiny_folder):
 
 # --- whole generations against the exact law -------------------------------------------------
 
-def sampled_pvalue(engine: Engine, law: dict, gamma: int | str = 3, choices: set | None = None,
-                   reached: list | None = None) -> float:
-    """p-value of RUNS seeded generations against `law`; `choices` collects each run's policy
-    decisions, `reached` [8] adds up how many rounds drafted each position."""
+def sampled_pvalue(engine: Engine, law: dict, gamma: int | str = 3, choices: set | None = None) -> float:
+    """p-value of RUNS seeded generations against `law`; `choices` collects each run's policy decisions."""
     counts: dict[tuple[int, ...], int] = {}
     for seed in range(RUNS):
         config = GenerationConfig(max_new_tokens=NEW_TOKENS, gamma=gamma, ignore_eos=True,
@@ -213,9 +211,6 @@ def sampled_pvalue(engine: Engine, law: dict, gamma: int | str = 3, choices: set
         counts[key] = counts.get(key, 0) + 1
         if choices is not None:
             choices.add(tuple((d["drafter"], d["gamma"]) for d in result.stats.decisions))
-        if reached is not None:
-            for i, n in enumerate(result.stats.drafted_per_position[:len(reached)]):
-                reached[i] += n
     return law_pvalue(counts, law)
 
 
@@ -229,9 +224,8 @@ def confident_chain(tiny_target, draft_model) -> Engine:
 
 def test_a_chain_that_stops_by_its_confidence_follows_the_target_distribution(tiny_target, draft_model,
                                                                               first_tokens_law):
-    reached = [0] * 8
-    assert sampled_pvalue(confident_chain(tiny_target, draft_model), first_tokens_law, "auto", reached=reached) > ALPHA
-    assert reached[0] > reached[1] > 0  # rounds stopped after one token and rounds went on: the lengths varied
+    # (the stopping rule's own law test, on longer chains with a biased rule as control: test_verify.py)
+    assert sampled_pvalue(confident_chain(tiny_target, draft_model), first_tokens_law, "auto") > ALPHA
 
 
 def test_a_chain_that_stops_by_its_confidence_negative_control(tiny_target, draft_model, first_tokens_law,

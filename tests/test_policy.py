@@ -272,6 +272,12 @@ def test_a_confident_chain_drafts_while_its_confidence_pays():
     assert fixed.keep_drafting(fixed.choose()) is None and fixed.choose().gamma == 3  # γ fixed by hand: drafted whole
     plain = AdaptivePolicy(costs(0.2, d=0.02), ["d"], max_gamma=8)
     assert plain.keep_drafting(plain.choose()) is None and plain.choose().gamma < 8  # not a drafter that stops
+    free = AdaptivePolicy(costs(0.2, d=0.0), ["d"], max_gamma=8, stops_early=[True])  # costs nothing, stops early
+    plan = free.choose()
+    chain = Draft([1, 2, 3], confidence=[0.95, 0.05, 0.05])
+    assert free.trim(plan, chain) == 3  # verified whole: never cut by the match-length rule
+    lookup = AdaptivePolicy(costs(0.2, d=0.0), ["d"], max_gamma=8)
+    assert lookup.trim(lookup.choose(), Draft([1, 2, 3], match_length=1)) < 3  # (a free lookup's is: the control)
 
 
 def test_a_chain_learns_what_its_confidence_is_worth():

@@ -155,3 +155,74 @@ def test_point_mass_certain_target_always_accepts():
     p[0, :, 2] = 1.0
     n, nxt = speculative_sample(torch.tensor([[2, 2]]), p, None, torch.Generator().manual_seed(0))
     assert n.item() == 2 and nxt.item() == 2
+
+
+# --- a chain that stops by its confidence -----------------------------------------------------
+
+class ToyChain:
+    """A bigram target p[prev] and draft q[prev] over VOCAB tokens; generations of LENGTH tokens by
+    rounds of `draft_chain` (γ ≤ 3) and `speculative_sample`, whose law is p's: Π p[x_{i-1}, x_i]."""
+
+    LENGTH, MAX_GAMMA, THRESHOLD = 3, 3, 0.5
+
+    def __init__(self, seed: int = 0) -> None:
+        gen = torch.Generator().manual_seed(seed)
+        target_logits = torch.randn(VOCAB, VOCAB, generator=gen) * 1.5  # [prev, V]
+        self.draft_logits = target_logits + torch.randn(VOCAB, VOCAB, generator=gen) * 1.5  # [prev, V]
+        self.p = torch.softmax(target_logits, -1)  # [prev, V]
+        self.q = torch.softmax(self.draft_logits, -1)  # [prev, V]
+        assert (self.q.max(-1).values < self.THRESHOLD).any() and (self.q.max(-1).values > self.THRESHOLD).any()
+
+    def exact_law(self) -> dict[tuple[int, ...], float]:
+        law = {}
+        for seq in itertools.product(range(VOCAB), repeat=self.LENGTH):
+            prob, prev = 1.0, 0
+            for x in seq:
+                prob, prev = prob * float(self.p[prev, x]), x
+            law[seq] = prob
+        return law
+
+    def generate(self, gen: torch.Generator, keep_drafting=None, self_dependent_trim: bool = False) -> tuple[int, ...]:
+        from specdec.drafters.base import draft_chain
+
+        out = [0]  # the root
+        params = SamplingParams(temperature=1.0)
+        while len(out) <= self.LENGTH:
+            draft = draft_chain(lambda ids: self.draft_logits[ids[-1]], [out[-1]], self.MAX_GAMMA, params, gen,
+                                keep_drafting=keep_drafting or (lambda confidence: True))  # (confidences kept)
+            k = len(draft)
+            if self_dependent_trim:  # keep x_j only if the draft is sure after it: x_j's inclusion depends on x_j
+                after = [*draft.confidence[1:], float(self.q[draft.tokens[-1]].max())]
+                k = next((j for j, c in enumerate(after) if c < self.THRESHOLD), k)
+            tokens = draft.tokens[:k]
+            prevs = [out[-1], *tokens]
+            p = self.p[prevs][None]  # [1, k + 1, V]
+            accepted, next_token = speculative_sample(torch.tensor([tokens], dtype=torch.long).reshape(1, k), p,
+                                                      draft.q[:k][None], gen)
+            out += tokens[:int(accepted[0])] + [int(next_token[0])]
+        return tuple(out[1:self.LENGTH + 1])
+
+
+def chain_pvalue(runs: int, **how) -> float:
+    toy, gen, counts = ToyChain(), torch.Generator().manual_seed(3), {}
+    for _ in range(runs):
+        key = toy.generate(gen, **how)
+        counts[key] = counts.get(key, 0) + 1
+    law = toy.exact_law()
+    keys = list(law)
+    return gof_pvalue(np.array([counts.get(k, 0) for k in keys]), np.array([law[k] for k in keys]))
+
+
+CHAIN_RUNS = 20_000  # 216 cells; chi-square at ALPHA (false-positive rate 0.1 %)
+
+
+def test_a_chain_that_stops_by_its_confidence_keeps_the_target_law():
+    """Drafting token k + 1 only while the draft was sure at position k (a decision on the tokens
+    before k + 1, as `AdaptivePolicy.keep_drafting` makes): the law of whole generations is p's."""
+    assert chain_pvalue(CHAIN_RUNS, keep_drafting=lambda confidence: confidence[-1] >= ToyChain.THRESHOLD) > ALPHA
+
+
+def test_a_chain_cut_by_the_confidence_after_a_token_is_biased():
+    """Negative control: keeping x_j only if the draft is sure after it (so x_j's inclusion depends
+    on x_j itself, as a trim by later confidences would) breaks the law, and the test sees it."""
+    assert chain_pvalue(CHAIN_RUNS, self_dependent_trim=True) < ALPHA

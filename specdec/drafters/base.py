@@ -71,7 +71,8 @@ class Drafter(ABC):
     def propose(
         self, tokens: list[int], max_tokens: int, params: SamplingParams, generator: torch.Generator
     ) -> Draft:
-        """Propose up to `max_tokens` ids to follow `tokens`."""
+        """Propose up to `max_tokens` ids to follow `tokens` (a drafter that `stops_early` also takes
+        `keep_drafting`, see `draft_chain`)."""
 
     def for_request(self) -> Drafter:
         """A drafter for one request, beside others in a batch: it shares what is read-only (weights, a
@@ -141,10 +142,10 @@ def draft_chain(
     the logits over that vocabulary [Vd], mapped to target ids here (a greedy step then never builds
     a [V] row). It is called with `feed` first, then with each drafted token but the last. Tokens
     are the argmax when greedy, else drawn from q, the draft's distribution under the target's
-    transform. The largest probability of the draft's distribution at each position is its
-    confidence there (greedy: the drafted token's; sampled: not the drawn token's, which says less
-    about acceptance); with `keep_drafting`, drafting stops early once `keep_drafting(confidences
-    so far)` says so (a confident chain goes on, an unsure one stops; the decision depends only on
+    transform. With `keep_drafting`, the largest probability of the draft's distribution at each
+    position is its confidence there (greedy: the drafted token's; sampled: not the drawn token's,
+    which says less about acceptance), and drafting stops early once `keep_drafting(confidences so
+    far)` says so (a confident chain goes on, an unsure one stops; the decision depends only on
     the tokens drafted before, so any such prefix is verified exactly).
     """
     drafted: list[int] = []
@@ -155,17 +156,20 @@ def draft_chain(
         if params.greedy:  # (greedy verification reads no q)
             index = int(logits.argmax())
             token = index if vocab_ids is None else int(vocab_ids[index])
-            confidence.append(float(torch.softmax(logits.float(), -1)[index]))
+            if keep_drafting is not None:
+                confidence.append(float(torch.softmax(logits.float(), -1)[index]))
         else:
             if vocab_ids is not None:
                 logits = full_vocabulary_logits(logits[None], vocab_ids, vocab_size)[0]  # [V]
             q = logits_to_probs(logits, params)  # [V]
             token = int(sample(q[None], generator))
             probs.append(q)
-            confidence.append(float(q.max()))
+            if keep_drafting is not None:
+                confidence.append(float(q.max()))
         drafted.append(token)
         if i + 1 < max_tokens and (keep_drafting is None or keep_drafting(confidence)):
             logits = next_logits([token])
         else:
             break
-    return Draft(drafted, None if params.greedy else torch.stack(probs), confidence=confidence)  # q: [k, V]
+    return Draft(drafted, None if params.greedy else torch.stack(probs),  # q: [k, V]
+                 confidence=confidence if keep_drafting is not None else None)
