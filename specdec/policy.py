@@ -59,7 +59,6 @@ same lossless rule whatever γ and drafter were chosen, and the choice depends o
 from __future__ import annotations
 
 import bisect
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -149,13 +148,14 @@ class ConfidenceAcceptance:
     def best(self) -> float:
         return max((a + c) / (n + 1) for a, c, n in zip(self.accepted, self.centres, self.seen))
 
-    def expected_tokens(self, confidence: list[float]) -> float:
-        """E = 1 + Σ_i Π_{j≤i} â(c_j) for a chain whose tokens have these confidences."""
+    def outlook(self, confidence: list[float]) -> tuple[float, float]:
+        """For a chain whose tokens have these confidences: (E = 1 + Σ_i Π_{j≤i} â(c_j), the tokens
+        expected to be committed, and Π_j â(c_j), the chance that all of them are accepted)."""
         total, survive = 1.0, 1.0
         for c in confidence:
             survive *= self.rate(c)
             total += survive
-        return total
+        return total, survive
 
     def observe(self, confidence: list[float], accepted: int) -> None:
         """A chain with these confidences had its first `accepted` tokens accepted: every token the
@@ -286,8 +286,7 @@ class AdaptivePolicy:
         best = estimates.best()
 
         def go_on(confidence: list[float]) -> bool:
-            k, expected = len(confidence), estimates.expected_tokens(confidence)
-            survive = math.prod(estimates.rate(c) for c in confidence)
+            k, (expected, survive) = len(confidence), estimates.outlook(confidence)
             return (self.costs.predicted_speedup(name, k + 1, expected + survive * best, rows=rows)
                     > self.costs.predicted_speedup(name, k, expected, rows=rows))
 

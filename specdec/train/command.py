@@ -209,12 +209,14 @@ def run(args, console) -> int:
 
 def prompt_list(args, target) -> tuple[list, str]:
     """The prompts to answer and how they were made (kept in the data's meta.json)."""
-    from specdec.train.distill import answered_instructions
-    from specdec.train.instructions import generator_version, instructions, instructions_source, passage_instructions
+    from specdec.train.distill import META, answered_instructions
+    from specdec.train.instructions import instructions, instructions_source, passage_instructions, source_generator
     from specdec.train.instructions_v2 import follow_up_conversations, instructions_v2
 
     if args.passages is None and args.follow_ups is None:
-        version = args.instructions or generator_version(args.data) or 2
+        meta = args.data / META  # an existing folder keeps its generator
+        made = source_generator(json.loads(meta.read_text()).get("prompt_source", "")) if meta.is_file() else None
+        version = args.instructions or (made[0] if made else 2)
         make = instructions if version == 1 else instructions_v2
         return make(args.prompts, seed=args.seed), instructions_source(version, args.seed)
     option, folder = ("--passages", args.passages) if args.passages is not None else ("--follow-ups", args.follow_ups)

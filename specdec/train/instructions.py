@@ -9,10 +9,8 @@ generator, so a seed gives the same list on every machine.
 
 from __future__ import annotations
 
-import json
 import random
 import re
-from pathlib import Path
 
 TOPICS = [
     "photosynthesis", "the water cycle", "black holes", "volcanoes", "the French Revolution", "the printing press",
@@ -126,22 +124,24 @@ def instructions_source(version: int, seed: int) -> str:
     return f"{SOURCE_PREFIXES[version]}{seed})"
 
 
-def generator_version(folder) -> int | None:
-    """The generator version a data folder's instructions came from (its meta.json), if any."""
-    meta = Path(folder) / "meta.json"
-    source = json.loads(meta.read_text()).get("prompt_source", "") if meta.is_file() else ""
-    return next((v for v, prefix in SOURCE_PREFIXES.items() if source.startswith(prefix)), None)
+def source_generator(source: str) -> tuple[int, int] | None:
+    """(generator version, seed) of a prompt_source written by `instructions_source`; None for
+    prompts made another way (passages, conversations)."""
+    match = re.fullmatch(r"(.*seed=)(-?\d+)\)", source)
+    version = next((v for v, prefix in SOURCE_PREFIXES.items() if match and match.group(1) == prefix), None)
+    return None if version is None else (version, int(match.group(2)))
 
 
 def generated_instructions(source: str, count: int) -> list[str] | None:
     """The first `count` instructions a prompt_source written by `instructions_source` names; None
-    for prompts made another way (passages, conversations)."""
+    for prompts made another way."""
     from specdec.train.instructions_v2 import instructions_v2
 
-    makers = {1: instructions, 2: instructions_v2}
-    match = re.fullmatch(r"(.*seed=)(-?\d+)\)", source)
-    version = next((v for v, prefix in SOURCE_PREFIXES.items() if match and match.group(1) == prefix), None)
-    return None if version is None else makers[version](count, seed=int(match.group(2)))
+    made = source_generator(source)
+    if made is None:
+        return None
+    version, seed = made
+    return (instructions if version == 1 else instructions_v2)(count, seed=seed)
 
 
 def distinct(count: int, seed: int, draw, shortage: str) -> list:
