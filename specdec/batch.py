@@ -169,26 +169,20 @@ class Row:
     def plan_and_draft(self, rows: int) -> None:
         """Choose this round's drafter and γ with `rows` rows sharing the pass, and draft."""
         t0 = time.perf_counter()
-        plan = self.policy.choose(rows) if self.policy else PLAIN_ROUND
+        room = self.token_budget - self.generated - 1  # draft tokens this request can still use
+        proposals = {}  # the lookups' proposals, which the policy weighs before choosing
+        if self.policy and room > 0:
+            for index in self.policy.asks_first:
+                proposals[index] = self._propose(self.drafters[index], min(self.config.max_gamma, room))
+        plan = self.policy.choose(rows, proposals) if self.policy else PLAIN_ROUND
         drafter = self.drafters[plan.drafter] if plan.drafter is not None else None
-        budget = min(plan.gamma, self.token_budget - self.generated - 1)
-        committed_len = self.cache.length
-        draft = Draft([])
-        if drafter and budget > 0:
-            proposing = time.perf_counter()
+        if plan.drafter in proposals:
+            draft = proposals[plan.drafter].prefix(plan.gamma)  # the tokens of it worth verifying
+        elif drafter and min(plan.gamma, room) > 0:
             early = self.policy.keep_drafting(plan, rows) if drafter.stops_early else None
-            extra = {"keep_drafting": early} if early else {}
-            draft = drafter.propose(self.tokens, budget, self.params, self.generator, **extra)
-            costs = self.engine.cost_model
-            if costs is not None and drafter.name in self.timed_drafters:  # a first call also catches up
-                drafted = len(draft) if drafter.stops_early else budget  # a chain that stopped early drafted fewer
-                costs.observe_draft(drafter.name, drafted, time.perf_counter() - proposing)
-            self.timed_drafters.add(drafter.name)
-        if drafter:
-            self._check_draft(drafter, draft, budget, self.cache.length == committed_len)
-            keep = self.policy.trim(plan, draft, rows)  # a free drafter's proposal: verify only what pays
-            if keep < len(draft):
-                draft = draft.prefix(keep)
+            draft = self._propose(drafter, min(plan.gamma, room), early)
+        else:
+            draft = Draft([])
         self.plan, self.drafter, self.draft = plan, drafter, draft
         self.draft_seconds = time.perf_counter() - t0
 
@@ -340,6 +334,20 @@ class Row:
         record.texts = [piece.text for piece in pieces if piece.token_ids]
         record.draft_seconds, record.verify_seconds = draft_seconds, verify_seconds
         return record
+
+    def _propose(self, drafter: Drafter, budget: int, keep_drafting=None) -> Draft:
+        """The drafter's proposal of up to `budget` tokens, checked, its time given to the cost model."""
+        committed_len = self.cache.length
+        proposing = time.perf_counter()
+        draft = drafter.propose(self.tokens, budget, self.params, self.generator,
+                                **({"keep_drafting": keep_drafting} if keep_drafting else {}))
+        costs = self.engine.cost_model
+        if costs is not None and drafter.name in self.timed_drafters:  # a first call also catches up
+            drafted = len(draft) if drafter.stops_early else budget  # a chain that stopped early drafted fewer
+            costs.observe_draft(drafter.name, drafted, time.perf_counter() - proposing)
+        self.timed_drafters.add(drafter.name)
+        self._check_draft(drafter, draft, budget, self.cache.length == committed_len)
+        return draft
 
     def _check_draft(self, drafter: Drafter, draft: Draft, budget: int, cache_untouched: bool) -> None:
         vocab = self.target.vocab_size

@@ -100,7 +100,8 @@ class Engine:
         max_gamma = fixed or config.max_gamma
         policy = AdaptivePolicy(self.costs(max_gamma), [d.name for d in self.drafters], config.max_gamma, fixed,
                                 verified=[d.verified_tokens for d in self.drafters],
-                                stops_early=[d.stops_early for d in self.drafters])
+                                stops_early=[d.stops_early for d in self.drafters],
+                                looks_up=[d.looks_up for d in self.drafters])
         key = (config.max_gamma, fixed)
         if key in self._last_policy:
             policy.continue_from(self._last_policy[key])

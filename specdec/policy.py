@@ -26,14 +26,17 @@ to lose: it decodes plainly, and comes back later with one probe round (which re
 cool-down that doubles while probes keep losing (8, 16, ... 128 rounds) and resets once one pays.
 A drafter that even the prior predicts to lose (a costly one) is first probed after 8 plain rounds.
 
-Lookup drafters (n-gram, suffix) cost nothing to ask (a "free" drafter: its longest draft costs
-under 2% of a one-token pass), and what they propose comes with the length of the match behind it,
-which says a lot about whether it will be accepted. So a free drafter is asked for up to max_gamma
-tokens every round, also while speculation is predicted to lose, and `trim` keeps the k tokens
-(possibly none: a plain round) with the best S computed from the acceptance seen after matches of
-the same length (a running estimate per match length, with the same prior). Each proposal trimmed
-to nothing fades that estimate's evidence by `memory`, so a match length given up on is retried
-after some twenty proposals.
+Lookup drafters (n-gram, suffix: `Drafter.looks_up`) cost nothing to ask (a "free" drafter: its
+longest draft costs under 2% of a one-token pass), and what they propose comes with the length of
+the match behind it, which says a lot about whether it will be accepted. So every round, before the
+choice, each free lookup is asked for up to max_gamma tokens, and its proposal becomes an offer: the
+k tokens (none: no offer) with the best S computed from the acceptance seen after matches of the
+same length (a running estimate per match length, with the same prior). The round then takes the
+best of the offers and the model drafters' predictions: a lookup where the text repeats itself, a
+model where it does not (choosing a lookup by its average acceptance instead would spend the rounds
+where it finds no match on plain decoding). An offer of nothing fades that match length's evidence
+by `memory`, so a match length given up on is retried after some twenty proposals. The proposals
+depend only on the committed tokens, so choosing by them keeps every round exact.
 
 A model that drafts a chain (an EAGLE-3 head) says how sure it is at each position it drafts, and on
 Spec-Bench that confidence predicts acceptance well (docs/bench/eagle3-v2-128: 0.11 accepted below
@@ -67,7 +70,7 @@ from specdec.cost_model import CostModel
 COOLDOWN_FIRST = 8  # plain rounds before the first probe after speculation stopped paying
 COOLDOWN_MAX = 128
 FREE_SHARE = 0.02  # a drafter whose longest draft costs at most this share of a one-token pass is "free"
-MATCH_BUCKETS = 6  # free drafters' acceptance is kept apart by match length 0, 1, ... 6 (6 = 6 or more)
+MATCH_BUCKETS = 6  # lookups' acceptance is kept apart by match length 0, 1, ... 6 (6 = 6 or more)
 CARRY = 0.5  # share of its evidence a request's policy passes on to the next request on the same engine
 DECISION_LOG_LIMIT = 200
 CONFIDENCE_EDGES = (0.2, 0.4, 0.6, 0.8, 0.9)  # buckets of a drafter's confidence in a token: [0, 0.2), ... [0.9, 1]
@@ -179,14 +182,13 @@ class FixedPolicy:
         self.plan = RoundPlan(0, gamma, float("nan"), f"γ = {gamma} fixed by hand")
         self.decisions: list[dict] = []
 
-    def choose(self, rows: int = 1) -> RoundPlan:
+    asks_first: list[int] = []  # no drafter is asked before the choice
+
+    def choose(self, rows: int = 1, proposals: dict | None = None) -> RoundPlan:
         return self.plan
 
     def keep_drafting(self, plan: RoundPlan, rows: int = 1) -> None:
         return None  # γ fixed by hand: every token of it is drafted
-
-    def trim(self, plan: RoundPlan, draft, rows: int = 1) -> int:
-        return len(draft)
 
     def observe(self, plan: RoundPlan, drafted: int, accepted: int, match_length: int = 0,
                 confidence: list[float] | None = None) -> None:
@@ -199,7 +201,7 @@ class AdaptivePolicy:
     def __init__(self, costs: CostModel, drafter_names: list[str], max_gamma: int = 8,
                  fixed_gamma: int | None = None, prior: float = 0.6, memory: float = 0.9,
                  idle_memory: float = 0.98, verified: list[Callable[[int], int]] | None = None,
-                 stops_early: list[bool] | None = None) -> None:
+                 stops_early: list[bool] | None = None, looks_up: list[bool] | None = None) -> None:
         self.costs = costs
         self.names = drafter_names
         # per drafter: γ → draft tokens in the verification pass (a tree verifies more than its depth)
@@ -207,11 +209,14 @@ class AdaptivePolicy:
         self.gammas = [fixed_gamma] if fixed_gamma else list(range(1, max_gamma + 1))
         self.may_fall_back = fixed_gamma is None  # a γ fixed by hand is kept, even when it loses
         self.acceptance = [PositionAcceptance(prior, memory, positions=max(self.gammas)) for _ in drafter_names]
-        self.by_match = [dict() for _ in drafter_names]  # free drafters: match-length bucket → PositionAcceptance
+        self.by_match = [dict() for _ in drafter_names]  # lookups: match-length bucket → PositionAcceptance
         self.stops_early = stops_early or [False] * len(drafter_names)  # drafts while keep_drafting says so
         self.by_confidence = [ConfidenceAcceptance(memory) for _ in drafter_names]
         one_pass = costs.target_pass(1)
         self.free = [costs.draft_seconds(name, max(self.gammas)) <= FREE_SHARE * one_pass for name in drafter_names]
+        # free lookups, asked every round before the choice (with γ fixed by hand: chosen like the others)
+        self.looks_first = [bool(lookup) and free and self.may_fall_back
+                            for lookup, free in zip(looks_up or [False] * len(drafter_names), self.free)]
         self.prior, self.memory = prior, memory
         self.idle_memory = idle_memory
         self.cooldown = COOLDOWN_FIRST
@@ -232,10 +237,18 @@ class AdaptivePolicy:
         self.by_confidence = [c.faded_copy(keep) for c in earlier.by_confidence]
         self.cooldown, self.plain_streak = earlier.cooldown, earlier.plain_streak
 
+    @property
+    def asks_first(self) -> list[int]:
+        """The drafters (lookups) whose proposals `choose` wants every round, asked for up to max γ."""
+        return [index for index, first in enumerate(self.looks_first) if first]
+
     def predictions(self, rows: int = 1) -> list[tuple[float, int, int]]:
-        """(S, drafter index, γ) for every candidate, with `rows` rows sharing the pass."""
+        """(S, drafter index, γ) for every candidate but the lookups asked first, with `rows` rows
+        sharing the pass."""
         out = []
         for index, name in enumerate(self.names):
+            if self.looks_first[index]:
+                continue
             acceptance = self.acceptance[index]
             for gamma in self.gammas:
                 speedup = self.costs.predicted_speedup(name, gamma, acceptance.expected_tokens(gamma),
@@ -243,38 +256,67 @@ class AdaptivePolicy:
                 out.append((speedup, index, gamma))
         return out
 
-    def choose(self, rows: int = 1) -> RoundPlan:
-        """This round's plan, for a row among `rows` sharing the pass (1: a request alone)."""
+    def offer(self, index: int, draft, rows: int = 1) -> tuple[float, int, int] | None:
+        """A lookup's proposal as a candidate (S, index, k): the k of its tokens worth verifying, from
+        the acceptance seen after matches as long as this one's; None when no k predicts a gain (its
+        match length's evidence then fades, so that it is tried again later)."""
+        if not len(draft):
+            return None
+        name, bucket = self.names[index], self._bucket(index, draft.match_length)
+        best_k, best = 0, 1.0
+        for k in range(1, len(draft) + 1):
+            speedup = self.costs.predicted_speedup(name, k, bucket.expected_tokens(k), rows=rows)
+            if speedup > best:
+                best_k, best = k, speedup
+        if best_k == 0:
+            bucket.fade(self.memory)
+            return None
+        return best, index, best_k
+
+    def choose(self, rows: int = 1, proposals: dict | None = None) -> RoundPlan:
+        """This round's plan, for a row among `rows` sharing the pass (1: a request alone).
+        `proposals`: what the drafters of `asks_first` proposed this round ({index: Draft}); when the
+        plan takes one, its γ is how many of those tokens to verify."""
         self.rounds += 1
         predictions = self.predictions(rows)
-        speedup, index, gamma = max(predictions, key=lambda x: (x[0], -x[2]))
-        why = self._why(speedup, index, gamma)
-        free = [p for p in predictions if self.free[p[1]]]
-        if speedup >= 1 or not self.may_fall_back:
+        offers = [offer for index, draft in (proposals or {}).items() if (offer := self.offer(index, draft, rows))]
+        best = max(predictions, key=lambda x: (x[0], -x[2])) if predictions else None
+        offered = max(offers, key=lambda x: (x[0], -x[2])) if offers else None
+        if best and (best[0] >= 1 or not self.may_fall_back):
             self.cooldown = COOLDOWN_FIRST
             self.plain_streak = 0
-            plan = RoundPlan(index, self._ask(index, gamma), speedup, f"best predicted: {why}")
-        elif self.plain_streak >= self.cooldown and not self.free[index]:
+            if offered and offered[0] > best[0]:
+                plan = self._lookup_plan(offered, proposals, f"beats {self._why(*best)}")
+            else:
+                speedup, index, gamma = best
+                plan = RoundPlan(index, self._ask(index, gamma), speedup, f"best predicted: {self._why(*best)}")
+        elif best and self.plain_streak >= self.cooldown:
             self.cooldown = min(2 * self.cooldown, COOLDOWN_MAX)
-            plan = RoundPlan(index, self._ask(index, gamma), speedup, f"probe after {self.plain_streak} rounds: {why}")
+            speedup, index, gamma = best
+            plan = RoundPlan(index, self._ask(index, gamma), speedup, f"probe after {self.plain_streak} rounds: {self._why(*best)}")
             self.plain_streak = 0
-        elif free:
-            self.plain_streak += 1
-            speedup, index, gamma = max(free, key=lambda x: (x[0], -x[2]))
-            plan = RoundPlan(index, self._ask(index, gamma), speedup,
-                             f"below 1× ({why}); asking {self.names[index]}, which costs nothing, and verifying its "
-                             "proposal only if the acceptance after matches of its length predicts a gain")
         else:
             self.plain_streak += 1
-            plan = RoundPlan(None, 0, 1.0, f"plain: the best, {why}, is below 1×; probe again in "
-                                           f"{self.cooldown - self.plain_streak + 1} rounds")
+            losing = f"the best drafter by its running acceptance, {self._why(*best)}, is below 1×" if best else "no other drafter"
+            if offered:
+                plan = self._lookup_plan(offered, proposals, losing)
+            elif best:
+                plan = RoundPlan(None, 0, 1.0, f"plain: {losing} and no lookup offers a gain; probe again in "
+                                               f"{self.cooldown - self.plain_streak + 1} rounds")
+            else:
+                plan = RoundPlan(None, 0, 1.0, "plain: no lookup offers a gain")
         self._log(plan)
         return plan
 
+    def _lookup_plan(self, lookup: tuple[float, int, int], proposals: dict, why: str) -> RoundPlan:
+        speedup, index, keep = lookup
+        match = proposals[index].match_length
+        return RoundPlan(index, keep, speedup, f"{self.names[index]}'s match of {match} tokens: {keep} of its "
+                                               f"{len(proposals[index])} tokens predicted {speedup:.2f}× ({why})")
+
     def _ask(self, index: int, gamma: int) -> int:
-        """A drafter that costs nothing is asked for all it has (`trim` then keeps what pays), and so
-        is one that stops drafting by itself (`keep_drafting`)."""
-        return max(self.gammas) if (self.free[index] or self.stops_early[index]) and self.may_fall_back else gamma
+        """A drafter that stops drafting by itself (`keep_drafting`) is asked for max γ."""
+        return max(self.gammas) if self.stops_early[index] and self.may_fall_back else gamma
 
     def keep_drafting(self, plan: RoundPlan, rows: int = 1) -> Callable[[list[float]], bool] | None:
         """For a drafter that `stops_early`: whether, after tokens of these confidences, one more
@@ -302,23 +344,6 @@ class AdaptivePolicy:
             self.by_match[index][key] = PositionAcceptance(self.prior, self.memory, positions=max(self.gammas))
         return self.by_match[index][key]
 
-    def trim(self, plan: RoundPlan, draft, rows: int = 1) -> int:
-        """How many of a free drafter's proposed tokens to verify: the k in 0..len(draft) with the
-        best predicted speed-up, from the acceptance seen after matches as long as this one's. 0
-        makes it a plain round. Other drafters' proposals, and token trees (a tree has no prefix; a
-        tree drafter beside a large target can cost little enough to count as free), are kept whole."""
-        if (plan.drafter is None or not self.free[plan.drafter] or not self.may_fall_back or not len(draft)
-                or draft.parents is not None or self.stops_early[plan.drafter]):
-            return len(draft)  # a chain that stopped by itself is verified whole (a cut could bias it)
-        name = self.names[plan.drafter]
-        bucket = self._bucket(plan.drafter, draft.match_length)
-        best_k, best = 0, 1.0
-        for k in range(1, len(draft) + 1):
-            speedup = self.costs.predicted_speedup(name, k, bucket.expected_tokens(k), rows=rows)
-            if speedup > best:
-                best_k, best = k, speedup
-        return best_k
-
     def observe(self, plan: RoundPlan, drafted: int, accepted: int, match_length: int = 0,
                 confidence: list[float] | None = None) -> None:
         if plan.drafter is None:
@@ -328,10 +353,8 @@ class AdaptivePolicy:
                 acceptance.observe(drafted, accepted)
                 if self.stops_early[index] and confidence:
                     self.by_confidence[index].observe(confidence, accepted)
-                if self.free[index] and drafted:
+                if self.looks_first[index] and drafted:
                     self._bucket(index, match_length).observe(drafted, accepted)
-                elif self.free[index] and match_length:  # a proposal trimmed to nothing: its evidence
-                    self._bucket(index, match_length).fade(self.memory)  # fades, so it is tried again later
             else:
                 acceptance.fade(self.idle_memory)
 

@@ -60,8 +60,8 @@ def test_greedy_adaptive_gamma_equals_plain(tiny_target, draft_model, kind):
 
 @pytest.mark.parametrize("draft_cost", [0.02, 0.6])
 def test_greedy_adaptive_drafter_choice_equals_plain(tiny_target, draft_model, draft_cost):
-    """Cheap drafts: the policy switches drafters and γ; dear ones (0.6 of a pass a token): only the
-    free lookups are used. Either way the output is plain decoding's."""
+    """Cheap drafts: the policy switches drafters and γ; dear ones (0.6 of a pass a token): the free
+    lookups are used, the model drafters only probed. Either way the output is plain decoding's."""
     config = GenerationConfig(max_new_tokens=120, ignore_eos=True)
     spec = auto_engine(tiny_target, draft_model, draft_cost).generate(PROMPT, config)
     assert spec.token_ids == Engine(tiny_target).generate(PROMPT, config).token_ids
@@ -69,8 +69,10 @@ def test_greedy_adaptive_drafter_choice_equals_plain(tiny_target, draft_model, d
     if draft_cost < 0.5:
         assert len([name for name in used if name != "plain"]) >= 2, used
         assert len({g for name, tally in used.items() if name != "plain" for g in tally.gammas}) >= 2, used
-    else:  # the dear model drafters never win against the free lookups
-        assert {d["drafter"].split(":")[0] for d in spec.stats.decisions} <= {"ngram", "suffix+corpus"}
+    else:  # the dear model drafters never win against the free lookups: they are only probed now and then
+        models = [d for d in spec.stats.decisions if d["drafter"].split(":")[0] not in {"ngram", "suffix+corpus", "plain"}]
+        assert all(d["reason"].startswith("probe") for d in models), models
+        assert len(models) < len(spec.stats.decisions) / 2, spec.stats.decisions
 
 
 def test_greedy_equality_through_the_transformers_adapter(tiny_folder, draft_model):

@@ -20,6 +20,8 @@ from specdec.sampling import SamplingParams
 
 
 class PromptLookupDrafter(Drafter):
+    looks_up = True
+
     def __init__(self, max_ngram: int = 4, min_ngram: int = 2) -> None:
         if not 1 <= min_ngram <= max_ngram:
             raise ConfigError(f"n-gram sizes must satisfy 1 <= min ({min_ngram}) <= max ({max_ngram})")

@@ -139,6 +139,8 @@ class Corpus:
 
 
 class SuffixDrafter(Drafter):
+    looks_up = True
+
     def __init__(self, corpus: list[list[int]] | None = None, min_match: int = 2,
                  learn_outputs: bool = False) -> None:
         if min_match < 1:
