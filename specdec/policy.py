@@ -34,9 +34,12 @@ k tokens (none: no offer) with the best S computed from the acceptance seen afte
 same length (a running estimate per match length, with the same prior). The round then takes the
 best of the offers and the model drafters' predictions: a lookup where the text repeats itself, a
 model where it does not (choosing a lookup by its average acceptance instead would spend the rounds
-where it finds no match on plain decoding). An offer of nothing fades that match length's evidence
-by `memory`, so a match length given up on is retried after some twenty proposals. The proposals
-depend only on the committed tokens, so choosing by them keeps every round exact.
+where it finds no match on plain decoding). While the others are predicted to lose, an offer that
+pays is taken before any probe, and only plain rounds count towards the next probe. An offer of
+nothing (that would not pay even alone in the pass) fades that match length's evidence by
+`memory`, so a match length given up on is retried after some twenty proposals. The proposals depend
+only on the committed tokens, and which prefix is kept only on their length and match length, so
+choosing by them keeps every round exact.
 
 A model that drafts a chain (an EAGLE-3 head) says how sure it is at each position it drafts, and on
 Spec-Bench that confidence predicts acceptance well (docs/bench/eagle3-v2-128: 0.11 accepted below
@@ -257,21 +260,30 @@ class AdaptivePolicy:
         return out
 
     def offer(self, index: int, draft, rows: int = 1) -> tuple[float, int, int] | None:
-        """A lookup's proposal as a candidate (S, index, k): the k of its tokens worth verifying, from
-        the acceptance seen after matches as long as this one's; None when no k predicts a gain (its
-        match length's evidence then fades, so that it is tried again later)."""
+        """A lookup's proposal (a chain) as a candidate (S, index, k): the k of its tokens worth
+        verifying, from the acceptance seen after matches as long as this one's; None when no k
+        predicts a gain. A match length that would not pay even alone in the pass fades its evidence,
+        so that it is tried again later (a full batch, where nothing pays, leaves it as it is)."""
         if not len(draft):
             return None
+        if draft.parents is not None:
+            raise ValueError(f"{self.names[index]} looks up chains; it proposed a tree")
+        best_k, best = self._best_prefix(index, draft, rows)
+        if best_k == 0:
+            if rows == 1 or self._best_prefix(index, draft, 1)[0] == 0:
+                self._bucket(index, draft.match_length).fade(self.memory)
+            return None
+        return best, index, best_k
+
+    def _best_prefix(self, index: int, draft, rows: int) -> tuple[int, float]:
+        """(k, S): the prefix of a lookup's proposal with the best predicted S above 1, or (0, 1.0)."""
         name, bucket = self.names[index], self._bucket(index, draft.match_length)
         best_k, best = 0, 1.0
         for k in range(1, len(draft) + 1):
             speedup = self.costs.predicted_speedup(name, k, bucket.expected_tokens(k), rows=rows)
             if speedup > best:
                 best_k, best = k, speedup
-        if best_k == 0:
-            bucket.fade(self.memory)
-            return None
-        return best, index, best_k
+        return best_k, best
 
     def choose(self, rows: int = 1, proposals: dict | None = None) -> RoundPlan:
         """This round's plan, for a row among `rows` sharing the pass (1: a request alone).
@@ -290,6 +302,9 @@ class AdaptivePolicy:
             else:
                 speedup, index, gamma = best
                 plan = RoundPlan(index, self._ask(index, gamma), speedup, f"best predicted: {self._why(*best)}")
+        elif offered:  # the others are predicted to lose; a lookup's match pays
+            losing = f"the best by its running acceptance, {self._why(*best)}, is below 1×" if best else "no other drafter"
+            plan = self._lookup_plan(offered, proposals, losing)
         elif best and self.plain_streak >= self.cooldown:
             self.cooldown = min(2 * self.cooldown, COOLDOWN_MAX)
             speedup, index, gamma = best
@@ -297,18 +312,14 @@ class AdaptivePolicy:
             self.plain_streak = 0
         else:
             self.plain_streak += 1
-            losing = f"the best drafter by its running acceptance, {self._why(*best)}, is below 1×" if best else "no other drafter"
-            if offered:
-                plan = self._lookup_plan(offered, proposals, losing)
-            elif best:
-                plan = RoundPlan(None, 0, 1.0, f"plain: {losing} and no lookup offers a gain; probe again in "
-                                               f"{self.cooldown - self.plain_streak + 1} rounds")
-            else:
-                plan = RoundPlan(None, 0, 1.0, "plain: no lookup offers a gain")
+            plan = RoundPlan(None, 0, 1.0, f"plain: the best, {self._why(*best)}, is below 1× and no lookup offers a gain; "
+                                           f"probe again in {self.cooldown - self.plain_streak + 1} rounds" if best
+                             else "plain: no lookup offers a gain")
         self._log(plan)
         return plan
 
     def _lookup_plan(self, lookup: tuple[float, int, int], proposals: dict, why: str) -> RoundPlan:
+        """The plan that verifies the first k tokens of a lookup's proposal."""
         speedup, index, keep = lookup
         match = proposals[index].match_length
         return RoundPlan(index, keep, speedup, f"{self.names[index]}'s match of {match} tokens: {keep} of its "

@@ -190,6 +190,21 @@ def test_lookups_are_weighed_by_what_they_found_this_round():
     assert rates[True] >= 0.95 * control[True], (rates, control)  # and the lookup's rounds as good
 
 
+def test_a_paying_lookup_comes_before_probes_and_only_plain_rounds_count_towards_one():
+    """A model drafter predicted to lose is probed after plain rounds, not instead of a lookup that pays:
+    while the lookup matches every round there is no probe; once it finds nothing, the first probe
+    comes after COOLDOWN_FIRST plain rounds."""
+    policy = AdaptivePolicy(costs(0.1, lookup=0.0, model=0.9), ["lookup", "model"], max_gamma=8,
+                            looks_up=[True, False])
+    matching = [policy.choose(proposals={0: Draft([0] * 8, match_length=6)}) for _ in range(40)]
+    assert all(p.drafter == 0 for p in matching)
+    for plan in matching:
+        policy.observe(plan, plan.gamma, plan.gamma, 6)
+    silent = [policy.choose(proposals={0: Draft([])}) for _ in range(COOLDOWN_FIRST + 1)]
+    assert [p.drafter for p in silent] == [None] * COOLDOWN_FIRST + [1]
+    assert silent[-1].reason.startswith(f"probe after {COOLDOWN_FIRST} rounds")
+
+
 def test_auto_picks_the_drafter_that_is_accepted_more():
     policy = AdaptivePolicy(costs(0.05, good=0.0, bad=0.0), ["bad", "good"], max_gamma=6)
     plans = run(policy, {"good": 0.8, "bad": 0.2}, rounds=300)

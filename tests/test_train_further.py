@@ -5,16 +5,21 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
 from specdec.cli import main
+from specdec.drafters import build_drafters
+from specdec.engine import Engine, GenerationConfig
 from specdec.train.distill import answered_instructions, load_sequences, read_answers
 from specdec.train.instructions import passage_instructions
 from specdec.train.instructions_v2 import instructions_v2
-from specdec.train.loop import held_out_indices
+from specdec.train.eagle3 import grown_lm_head, vocabulary_of
+from specdec.train.loop import held_out_indices, load_split
+from whole_runs import PROMPT
 
 PASSAGES = [(f"question {i}?", f"passage {i} " + "word " * 20) for i in range(5)]
 
@@ -86,6 +91,56 @@ def test_long_inputs_from_passages_then_a_head_trained_further_on_both(tiny_fold
     assert f"1 of 2 sequences left out: their prompts fill --max-len {shortest_prompt}" in printed
 
 
+def test_a_head_trained_further_grows_its_vocabulary(tiny_folder, tiny_target, tmp_path, capsys):
+    """--init with a larger --draft-vocab keeps the head's tokens and their rows, adds the most frequent
+    answer tokens it lacked (their rows mapped from the target's), and trains on: more of the answers
+    covered, and the grown head drafts exactly (greedy identity)."""
+    first = tmp_path / "first"
+    assert main(data(tiny_folder, first, "--prompts", "12")) == 0
+    common = ["--model", str(tiny_folder), "--data", str(first), "--prompts", "12", "--max-new-tokens", "64",
+              "--aux-layers", "0,1", "--epochs", "1", "--depth", "2"]
+    head, grown = tmp_path / "head", tmp_path / "grown"
+    assert main(["train", "eagle3", *common, "--out", str(head), "--draft-vocab", "24"]) == 0
+    assert main(["train", "eagle3", *common, "--out", str(grown), "--init", str(head), "--draft-vocab", "40"]) == 0
+    capsys.readouterr()
+    small, large = json.loads((head / "head.json").read_text()), json.loads((grown / "head.json").read_text())
+    assert large["config"]["draft_vocab"] == 40 and large["draft_vocab_coverage"] > small["draft_vocab_coverage"]
+    before, after = load_file(str(head / "head.safetensors")), load_file(str(grown / "head.safetensors"))
+    old_ids, new_ids = vocabulary_of(before), vocabulary_of(after)
+    assert set(old_ids.tolist()) < set(new_ids.tolist())
+    trained_on = load_split(first, tmp_path / "split", 0.02, seed=0)[0]  # what the vocabulary is counted on
+    answers = Counter(t for s in trained_on for t in s.tokens[s.answer_start:])
+    added = set(new_ids.tolist()) - set(old_ids.tolist())
+    outside = [count for token, count in answers.items() if token not in set(new_ids.tolist())]
+    assert min(answers[t] for t in added) >= max(outside, default=0)  # the most frequent of those it lacked
+    spec = Engine(tiny_target, build_drafters(f"eagle3-chain:{grown}", tiny_target))
+    config = GenerationConfig(max_new_tokens=40, gamma=3, ignore_eos=True)
+    assert spec.generate(PROMPT, config).token_ids == Engine(tiny_target).generate(PROMPT, config).token_ids
+
+
+def test_grown_lm_head_rows_keep_the_old_and_map_the_new():
+    """The old tokens' rows are kept where they land in the new vocabulary; a new token's row is its
+    target row through the least-squares map of the old ones: exact when the head's rows are a linear
+    image of the target's (the control: rows that are not give a different, inexact map)."""
+    torch.manual_seed(0)
+    target_rows = torch.randn(50, 8)  # [V, hidden]
+    old_ids, new_ids = torch.tensor([1, 4, 7, 9, 12, 20, 21, 30, 33, 40, 41, 45]), torch.arange(0, 50, 1)[::2]
+    new_ids = torch.unique(torch.cat((old_ids, new_ids)))
+    image = torch.randn(8, 8)
+    rows = target_rows[old_ids] @ image  # [Vd', hidden]: a linear image of the target's rows
+    grown = grown_lm_head(rows, old_ids, new_ids, target_rows[new_ids])
+    at = torch.searchsorted(new_ids, old_ids)
+    assert torch.equal(grown[at], rows)
+    torch.testing.assert_close(grown, target_rows[new_ids] @ image, atol=1e-4, rtol=1e-4)
+    added = torch.ones(len(new_ids), dtype=torch.bool)
+    added[at] = False
+    noisy = grown_lm_head(rows + torch.randn_like(rows), old_ids, new_ids, target_rows[new_ids])
+    assert not torch.allclose(noisy[added], (target_rows[new_ids] @ image)[added], atol=0.1)
+    assert torch.equal(grown_lm_head(rows, old_ids, old_ids, target_rows[old_ids]), rows)  # the same vocabulary: unchanged
+    with pytest.raises(ValueError, match="must hold every token of the old one"):
+        grown_lm_head(rows, old_ids, new_ids[new_ids != 4], target_rows[new_ids[new_ids != 4]])
+
+
 def test_training_further_refuses_what_does_not_fit(tiny_folder, tiny_draft_folder, tmp_path, capsys):
     first = tmp_path / "first"
     assert main(data(tiny_folder, first, "--prompts", "12")) == 0
@@ -99,7 +154,7 @@ def test_training_further_refuses_what_does_not_fit(tiny_folder, tiny_draft_fold
         assert main(args) == 1  # an error of the input: a message, no traceback
         return capsys.readouterr().err
 
-    assert "drafts over its own 48-token vocabulary, not --draft-vocab 40" in refused(
+    assert "drafts over its own 48-token vocabulary, which --draft-vocab 40 cannot hold" in refused(
         ["train", "eagle3", *common, "--out", str(tmp_path / "x"), "--init", str(head), "--draft-vocab", "40"])
     assert "--init is for `specdec train eagle3`, not `specdec train medusa`" in refused(
         ["train", "medusa", *common, "--out", str(tmp_path / "x"), "--init", str(head)])

@@ -59,8 +59,8 @@ class Drafter(ABC):
     wants_features: bool = False  # True: the engine hands over the target's features (`accept_features`)
     feature_layers: tuple[int, ...] = ()  # which: () the final-norm hidden states, else the inputs of these layers
     stops_early: bool = False  # `propose` takes keep_drafting: a chain asks, token by token, whether to go on
-    looks_up: bool = False  # proposes what followed a match in a text (with its match_length), no model call:
-    # the adaptive policy asks it every round before choosing (`AdaptivePolicy.asks_first`)
+    looks_up: bool = False  # proposes chains that followed a match in a text (with its match_length), no model
+    # call: the adaptive policy asks it every round before choosing, if it is free (`AdaptivePolicy.asks_first`)
 
     @abstractmethod
     def begin(self, prompt_ids: list[int], max_len: int, target_cache=None) -> None:

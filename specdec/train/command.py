@@ -80,7 +80,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="layers whose input the data keeps for EAGLE-3 (comma-separated; default auto: 2, L/2, L-3 "
                         "as vLLM and SGLang capture; 'none' keeps only the final features)")
     p.add_argument("--draft-vocab", type=int, help="tokens the head may propose: the most frequent (default 8192; "
-                                                   "with --init the head's own)")
+                                                   "with --init the head's own, or more: all of its own, grown to "
+                                                   "this size by the most frequent others)")
     p.add_argument("--depth", type=int, default=3, help="eagle, eagle3: draft steps unrolled in training (default 3)")
     p.add_argument("--heads", type=int, default=4, help="medusa: number of heads, i.e. tokens guessed ahead (default 4)")
     p.add_argument("--layers", type=int, help="draft: the target's first layers the draft starts from "

@@ -119,8 +119,10 @@ def train_eagle3(target, data_dir: Path, out_dir: Path, *, draft_vocab: int | No
     deleted once the head is written. `mixed_precision` (default: where bfloat16 is native,
     `native_bfloat16`): bfloat16 products in the training steps, 1.8× faster on an AVX-512 BF16 CPU
     (measured: 690 vs 390 tokens/s). `init`: a trained head folder to start from instead of random
-    weights (more epochs, or new data); it keeps its draft vocabulary and must read the data's layers.
-    `draft_vocab`: its size (default 8192; with `init`, the head's)."""
+    weights (more epochs, or new data); it must read the data's layers, and keeps all of its draft
+    vocabulary. `draft_vocab`: its size (default 8192; with `init`, the head's, or larger: the head's
+    vocabulary, all kept, grown to that size by the most frequent answer tokens it lacks, their LM
+    head rows started by `grown_lm_head`)."""
     checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else default_checkpoint_dir(out_dir)
     folders = [Path(data_dir), *map(Path, more_data)]
     if len({folder.resolve() for folder in folders}) < len(folders):
@@ -131,19 +133,20 @@ def train_eagle3(target, data_dir: Path, out_dir: Path, *, draft_vocab: int | No
                                f"`specdec train data --data {folder}`)")
     source = folders if more_data else data_dir  # (one folder: head.json records its path as before)
     start = load_head(init, "eagle3", target) if init is not None else None
-    vocab_ids = None if start is None else vocabulary_of(start[1])
-    if vocab_ids is not None and draft_vocab not in (None, len(vocab_ids)):
-        raise SpecdecError(f"--init {init} drafts over its own {len(vocab_ids)}-token vocabulary, not --draft-vocab "
-                           f"{draft_vocab}: drop --draft-vocab, or start from scratch")
-    draft_vocab = draft_vocab or DEFAULT_DRAFT_VOCAB
-    data = prepare(target, source, out_dir, draft_vocab, validation_share, seed, vocab_ids)
+    kept_ids = None if start is None else vocabulary_of(start[1])
+    if kept_ids is not None and draft_vocab is not None and draft_vocab < len(kept_ids):
+        raise SpecdecError(f"--init {init} drafts over its own {len(kept_ids)}-token vocabulary, which --draft-vocab "
+                           f"{draft_vocab} cannot hold: drop --draft-vocab (or give a larger one to grow it), or "
+                           "start from scratch")
+    draft_vocab = draft_vocab or (DEFAULT_DRAFT_VOCAB if kept_ids is None else len(kept_ids))
+    data = prepare(target, source, out_dir, draft_vocab, validation_share, seed, kept_ids)
     aux_layers = data_aux_layers(folders, data.train)
     net = target.net
     config = Eagle3Config.for_target(net.config, len(data.vocab_ids), aux_layers)
     head = Eagle3Head(config).float()
     head.set_vocabulary(data.vocab_ids)
     if start is not None:
-        start_from(head, init, *start)
+        start_from(head, init, *start, target_rows=data.head_rows)
     objective = Eagle3Objective(head, net.embed, data.head_rows, net.lm_head_weight().float(), depth)
     if mixed_precision is None:
         mixed_precision = native_bfloat16(net.device)
@@ -164,14 +167,41 @@ def vocabulary_of(weights: dict[str, torch.Tensor]) -> torch.Tensor:
     return torch.arange(len(offsets)) + offsets
 
 
-def start_from(head: Eagle3Head, folder: Path, meta: dict, weights: dict[str, torch.Tensor]) -> None:
-    """Load a trained head's weights (`load_head` of `folder`) into `head`, refusing one of another shape."""
+def start_from(head: Eagle3Head, folder: Path, meta: dict, weights: dict[str, torch.Tensor],
+               target_rows: torch.Tensor) -> None:
+    """Load a trained head's weights (`load_head` of `folder`) into `head`, whose vocabulary is set:
+    the same as the trained head's, or grown from it (`grown_lm_head`); refusing one of another shape.
+    target_rows: the target's LM head rows of `head`'s vocabulary [Vd, hidden]."""
     theirs, ours = Eagle3Config(**meta["config"]).to_dict(), head.config.to_dict()
-    differ = {name: (theirs[name], ours[name]) for name in ours if theirs.get(name) != ours[name]}
+    differ = {name: (theirs[name], ours[name]) for name in ours if theirs.get(name) != ours[name] and name != "draft_vocab"}
     if differ:
         raise SpecdecError(f"--init {folder}: its head differs from what this target and data give "
                            f"(theirs, ours): {differ}; start from scratch, or make the data with its --aux-layers")
-    head.load_state_dict({name: tensor.float() if tensor.is_floating_point() else tensor for name, tensor in weights.items()})
+    loaded = {name: tensor.float() if tensor.is_floating_point() else tensor for name, tensor in weights.items()}
+    old_ids, new_ids = vocabulary_of(weights), head.vocab_ids
+    loaded["lm_head.weight"] = grown_lm_head(loaded["lm_head.weight"], old_ids, new_ids, target_rows)
+    loaded["d2t"], loaded["t2d"] = head.d2t.clone(), head.t2d.clone()  # the vocabulary set on `head`
+    head.load_state_dict(loaded)
+
+
+def grown_lm_head(rows: torch.Tensor, old_ids: torch.Tensor, new_ids: torch.Tensor,
+                  target_rows: torch.Tensor) -> torch.Tensor:
+    """A trained head's LM head rows [Vd', hidden] over `old_ids` [Vd'] carried over to the vocabulary
+    `new_ids` [Vd] ⊇ old_ids (both ascending target ids): its own rows where it has them; for the new
+    tokens, their target LM head rows (target_rows [Vd, hidden], the target's rows of new_ids) through
+    the linear map that best takes the target's rows of the old tokens to the head's (least squares),
+    so a new token starts where the head's geometry puts tokens like it. The same vocabulary gives
+    the rows back unchanged."""
+    at = torch.searchsorted(new_ids, old_ids)  # [Vd'] where each old token lies in the new vocabulary
+    if not bool((new_ids[at.clamp(max=len(new_ids) - 1)] == old_ids).all()):
+        raise ValueError("the new draft vocabulary must hold every token of the old one")
+    if len(new_ids) == len(old_ids):
+        return rows.clone()
+    source = target_rows.detach().cpu().double()  # [Vd, hidden]
+    mapping = torch.linalg.lstsq(source[at], rows.double().cpu()).solution  # [hidden, hidden]
+    grown = (source @ mapping).float()  # [Vd, hidden]
+    grown[at] = rows.cpu()
+    return grown
 
 
 def data_aux_layers(folders: list[Path], sequences) -> tuple[int, ...]:

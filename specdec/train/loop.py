@@ -65,33 +65,28 @@ def load_split(data_dir: Path | list[Path], out_dir: Path, validation_share: flo
 
 
 def prepare(target, data_dir: Path | list[Path], out_dir: Path, draft_vocab: int, validation_share: float, seed: int,
-            vocab_ids: torch.Tensor | None = None) -> Prepared:
+            keep_ids: torch.Tensor | None = None) -> Prepared:
     """What every head's training starts from: `load_split`, the draft vocabulary (the most frequent
-    answer tokens, or `vocab_ids` [Vd]: a head trained further keeps its own) and its LM head rows."""
+    answer tokens; a head trained further keeps its own, `keep_ids` [Vd'], and grows it to
+    `draft_vocab` with the most frequent of the others) and its LM head rows."""
     train_seqs, val_seqs = load_split(data_dir, out_dir, validation_share, seed)
-    if vocab_ids is None:
-        vocab_ids, coverage = draft_vocabulary(train_seqs, draft_vocab, list(target.eos_token_ids))
-    else:
-        coverage = vocabulary_coverage(train_seqs, vocab_ids)
+    vocab_ids, coverage = draft_vocabulary(train_seqs, draft_vocab, list(target.eos_token_ids),
+                                           [] if keep_ids is None else keep_ids.tolist())
     return Prepared(train_seqs, val_seqs, vocab_ids, coverage, target.net.lm_head_weight()[vocab_ids].float().clone())
 
 
-def draft_vocabulary(sequences: list[Sequence], size: int, always: list[int]) -> tuple[torch.Tensor, float]:
-    """The `size` most frequent answer tokens (plus `always`, e.g. end-of-sequence), and the share of
-    answer tokens they cover."""
+def draft_vocabulary(sequences: list[Sequence], size: int, always: list[int],
+                     keep: list[int] = ()) -> tuple[torch.Tensor, float]:
+    """`keep` (all of it), `always` (e.g. end-of-sequence) while there is room, then the most frequent
+    answer tokens up to `size`: the draft vocabulary [size] (ascending target ids), and the share of
+    answer tokens it covers."""
     counts = Counter(t for s in sequences for t in s.tokens[s.answer_start:])
-    chosen = [t for t in always if t is not None][:size]
-    chosen += [t for t, _ in counts.most_common() if t not in chosen][: size - len(chosen)]
+    chosen = list(dict.fromkeys([*keep, *(t for t in always if t is not None)]))[:max(size, len(keep))]
+    inside = set(chosen)
+    chosen += [t for t, _ in counts.most_common() if t not in inside][: size - len(chosen)]
     total = sum(counts.values())
     covered = sum(counts[t] for t in chosen) / total if total else 0.0
     return torch.tensor(sorted(chosen)), covered
-
-
-def vocabulary_coverage(sequences: list[Sequence], vocab_ids: torch.Tensor) -> float:
-    """The share of the sequences' answer tokens inside the draft vocabulary `vocab_ids` [Vd]."""
-    inside = set(vocab_ids.tolist())
-    answers = [t for s in sequences for t in s.tokens[s.answer_start:]]
-    return sum(t in inside for t in answers) / len(answers) if answers else 0.0
 
 
 def draft_index(vocab_ids: torch.Tensor, vocab_size: int, missing: int) -> torch.Tensor:
