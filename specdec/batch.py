@@ -176,11 +176,12 @@ class Row:
                 proposals[index] = self._propose(self.drafters[index], min(self.config.max_gamma, room))
         plan = self.policy.choose(rows, proposals) if self.policy else PLAIN_ROUND
         drafter = self.drafters[plan.drafter] if plan.drafter is not None else None
+        budget = min(plan.gamma, room)
         if plan.drafter in proposals:
             draft = proposals[plan.drafter].prefix(plan.gamma)  # the tokens of it worth verifying
-        elif drafter and min(plan.gamma, room) > 0:
+        elif drafter and budget > 0:
             early = self.policy.keep_drafting(plan, rows) if drafter.stops_early else None
-            draft = self._propose(drafter, min(plan.gamma, room), early)
+            draft = self._propose(drafter, budget, early)
         else:
             draft = Draft([])
         self.plan, self.drafter, self.draft = plan, drafter, draft

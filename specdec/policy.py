@@ -148,11 +148,13 @@ class ConfidenceAcceptance:
         return bisect.bisect_right(CONFIDENCE_EDGES, confidence)
 
     def rate(self, confidence: float) -> float:
-        i = self.bucket(confidence)
-        return (self.accepted[i] + self.centres[i]) / (self.seen[i] + 1)
+        return self._rate(self.bucket(confidence))
 
     def best(self) -> float:
-        return max((a + c) / (n + 1) for a, c, n in zip(self.accepted, self.centres, self.seen))
+        return max(self._rate(i) for i in range(len(self.centres)))
+
+    def _rate(self, i: int) -> float:  # bucket i's estimate: its evidence and its centre (weight 1)
+        return (self.accepted[i] + self.centres[i]) / (self.seen[i] + 1)
 
     def outlook(self, confidence: list[float]) -> tuple[float, float]:
         """For a chain whose tokens have these confidences: (E = 1 + Σ_i Π_{j≤i} â(c_j), the tokens
