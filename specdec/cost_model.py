@@ -209,7 +209,8 @@ def model_description(model) -> dict:
     folder = Path(model.folder)
     config = folder / "config.json"
     digest = hashlib.sha256(config.read_bytes() if config.is_file() else b"")
-    for weights in sorted(folder.glob("*.safetensors")):
+    files = sorted(folder.glob("*.safetensors")) if model.gguf_path is None else [Path(model.gguf_path)]
+    for weights in files:
         digest.update(f"{weights.name}:{weights.stat().st_size}".encode())
     from specdec.runtime.kernels import kernels_build_id
 

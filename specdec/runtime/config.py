@@ -31,6 +31,7 @@ class ModelConfig:
     rms_norm_eps: float = 1e-5
     rope_theta: float = 10000.0
     rope_scaling: dict[str, Any] | None = None
+    rope_freq_factors: list[float] | None = None  # GGUF's rope_freqs (Llama 3.1/3.2): divisors of the frequencies
     attention_bias: bool = False  # Qwen2: bias on q, k, v projections
     tie_word_embeddings: bool = False
     sliding_window: int | None = None  # Mistral: attention limited to this many positions
@@ -91,6 +92,7 @@ class ModelConfig:
                 rms_norm_eps=hf.get("rms_norm_eps", 1e-6),
                 rope_theta=_rope_theta(hf),
                 rope_scaling=_rope_scaling(hf),
+                rope_freq_factors=hf.get("rope_freq_factors"),
                 attention_bias=family == "qwen2" or bool(hf.get("attention_bias", False)),
                 tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
                 sliding_window=hf.get("sliding_window") if use_window else None,

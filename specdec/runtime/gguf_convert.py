@@ -1,11 +1,13 @@
-"""Turn a GGUF file into a cached Hugging Face model folder, once.
+"""A GGUF file's Hugging Face folder, made once: its config and tokenizer, and float weights on demand.
 
-Dequantizing the weights (gguf's numpy kernels) and converting the tokenizer (transformers' GGUF
-converter) take several seconds each, so the first load writes a folder — `config.json`,
-`model.safetensors` (float32), `tokenizer.json`, `tokenizer_config.json`, `chat_template.jinja` — under
-the cache directory, keyed by the file's size and modification time; later loads read that folder.
-The folder is a normal Hugging Face checkpoint, so transformers can load the very same weights (the
-tests and the benchmark baseline do).
+`metadata_folder` writes `config.json` (from the file's metadata), `tokenizer.json`,
+`tokenizer_config.json` and `chat_template.jinja` (transformers' GGUF tokenizer converter, several
+seconds) under the cache directory, keyed by the file's size and modification time; later loads read
+it. The lean runtime runs the file's own blocks from the GGUF (`gguf_model.py`) and needs only this.
+
+`converted_folder` adds `model.safetensors`, the weights dequantized to float32, for what needs
+float weights: training, the transformers runtime and baseline, `--weights float32|bfloat16|int4|int8`.
+The folder is then a normal Hugging Face checkpoint, so transformers can load the very same weights.
 
 GGUF stores the Q and K projections of Llama-architecture models permuted for llama.cpp's
 interleaved RoPE; `unpermute_qk` restores the Hugging Face "rotate half" layout.
@@ -25,8 +27,9 @@ import torch
 from specdec.announce import announce
 from specdec.errors import ModelLoadError
 
-CONVERSION_VERSION = 1
+CONVERSION_VERSION = 2
 ARCH_TO_HF = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
+FLOAT_WEIGHTS = "model.safetensors"
 
 
 def cache_root() -> Path:
@@ -43,21 +46,23 @@ def unpermute_qk(weight: np.ndarray, num_heads: int) -> np.ndarray:
     )
 
 
-def converted_folder(gguf_path: Path) -> Path:
-    """Return the cached HF folder for `gguf_path`, converting it first if needed."""
+def metadata_folder(gguf_path: Path) -> Path:
+    """The cached folder with `gguf_path`'s config and tokenizer (no weights), made first if needed."""
     try:
         stat = gguf_path.stat()
     except OSError as err:
         raise ModelLoadError(f"cannot read model file {gguf_path}: {err.strerror}") from None
     key = f"{gguf_path.stem}-{stat.st_size}-{stat.st_mtime_ns}-v{CONVERSION_VERSION}"
     folder = cache_root() / "gguf" / key
-    if (folder / "model.safetensors").exists():
+    if (folder / "config.json").exists():
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
-    announce(f"converting {gguf_path.name} once for this runtime (about 15 s for a small model) into {folder}")
+    announce(f"reading the tokenizer of {gguf_path.name} once (a few seconds) into {folder}")
     staging = Path(tempfile.mkdtemp(prefix=key + ".", dir=folder.parent))
     try:
-        _convert(gguf_path, staging)
+        reader = read_gguf(gguf_path)
+        (staging / "config.json").write_text(json.dumps(hf_config(reader, gguf_path), indent=2))
+        _convert_tokenizer(gguf_path, staging)
         try:
             staging.rename(folder)
         except OSError:  # another process converted it meanwhile
@@ -68,7 +73,24 @@ def converted_folder(gguf_path: Path) -> Path:
     return folder
 
 
-def _read(gguf_path: Path):
+def converted_folder(gguf_path: Path) -> Path:
+    """The cached Hugging Face folder of `gguf_path` with float32 weights, converting them first if needed."""
+    folder = metadata_folder(gguf_path)
+    target = folder / FLOAT_WEIGHTS
+    if target.exists():
+        return folder
+    announce(f"writing float32 weights of {gguf_path.name} once (they are needed for float weights, training "
+             f"or transformers; about 15 s for a small model) into {folder}")
+    staging = folder / (FLOAT_WEIGHTS + f".{os.getpid()}.partial")
+    try:
+        _convert_weights(read_gguf(gguf_path), gguf_path, staging)
+        staging.rename(target)
+    finally:
+        staging.unlink(missing_ok=True)
+    return folder
+
+
+def read_gguf(gguf_path: Path):
     import gguf
 
     try:
@@ -80,53 +102,67 @@ def _read(gguf_path: Path):
         ) from None
 
 
-def _field(reader, key: str, default=None):
+def gguf_field(reader, key: str, default=None):
     field = reader.fields.get(key)
     return default if field is None else field.contents()
 
 
-def _convert(gguf_path: Path, out: Path) -> None:
-    import gguf
-    from safetensors.torch import save_file
-
-    reader = _read(gguf_path)
-    arch = _field(reader, "general.architecture")
+def hf_config(reader, gguf_path: Path) -> dict:
+    """A Hugging Face config.json for the GGUF's metadata; other architectures are refused by name."""
+    arch = gguf_field(reader, "general.architecture")
     if arch not in ARCH_TO_HF:
         raise ModelLoadError(
-            f"GGUF architecture '{arch}' is not supported (supported: {', '.join(ARCH_TO_HF)})"
+            f"{gguf_path.name} is a '{arch}' model, which specdec's runtime does not run (it runs the "
+            f"Llama family: {', '.join(ARCH_TO_HF)} GGUF files: Llama 2/3/3.1/3.2, Mistral, Qwen2/2.5)"
         )
-    num_heads = _field(reader, f"{arch}.attention.head_count")
-    num_kv_heads = _field(reader, f"{arch}.attention.head_count_kv", num_heads)
-    hidden = _field(reader, f"{arch}.embedding_length")
+    num_heads = gguf_field(reader, f"{arch}.attention.head_count")
+    num_kv_heads = gguf_field(reader, f"{arch}.attention.head_count_kv", num_heads)
+    hidden = gguf_field(reader, f"{arch}.embedding_length")
     names = {t.name for t in reader.tensors}
-    tied = "output.weight" not in names
-    eos = _field(reader, "tokenizer.ggml.eos_token_id")
     config = {
         "architectures": [ARCH_TO_HF[arch]],
         "model_type": arch,
         "vocab_size": len(reader.fields["tokenizer.ggml.tokens"].data),
         "hidden_size": hidden,
-        "intermediate_size": _field(reader, f"{arch}.feed_forward_length"),
-        "num_hidden_layers": _field(reader, f"{arch}.block_count"),
+        "intermediate_size": gguf_field(reader, f"{arch}.feed_forward_length"),
+        "num_hidden_layers": gguf_field(reader, f"{arch}.block_count"),
         "num_attention_heads": num_heads,
         "num_key_value_heads": num_kv_heads,
-        "head_dim": hidden // num_heads,
-        "max_position_embeddings": _field(reader, f"{arch}.context_length", 2048),
-        "rms_norm_eps": _field(reader, f"{arch}.attention.layer_norm_rms_epsilon", 1e-6),
-        "rope_theta": _field(reader, f"{arch}.rope.freq_base", 10000.0),
-        "tie_word_embeddings": tied,
-        "bos_token_id": _field(reader, "tokenizer.ggml.bos_token_id"),
-        "eos_token_id": eos,
+        "head_dim": gguf_field(reader, f"{arch}.attention.key_length", hidden // num_heads),
+        "max_position_embeddings": gguf_field(reader, f"{arch}.context_length", 2048),
+        "rms_norm_eps": gguf_field(reader, f"{arch}.attention.layer_norm_rms_epsilon", 1e-6),
+        "rope_theta": gguf_field(reader, f"{arch}.rope.freq_base", 10000.0),
+        "tie_word_embeddings": "output.weight" not in names,
+        "bos_token_id": gguf_field(reader, "tokenizer.ggml.bos_token_id"),
+        "eos_token_id": gguf_field(reader, "tokenizer.ggml.eos_token_id"),
         "hidden_act": "silu",
         "torch_dtype": "float32",
     }
-    if "rope_freqs.weight" in names:
-        raise ModelLoadError(
-            f"{gguf_path.name} stores Llama-3.1 RoPE scaling factors (rope_freqs), which the GGUF "
-            "reader does not convert yet; load the model's Hugging Face folder instead"
-        )
+    scaling = gguf_field(reader, f"{arch}.rope.scaling.type", "none")
+    if scaling == "linear":
+        config["rope_scaling"] = {"rope_type": "linear", "factor": gguf_field(reader, f"{arch}.rope.scaling.factor")}
+    elif scaling != "none":
+        raise ModelLoadError(f"{gguf_path.name} uses RoPE scaling '{scaling}', which specdec's runtime does not "
+                             "implement (it runs none, linear and Llama 3.1's rope_freqs)")
+    if "rope_freqs.weight" in names:  # Llama 3.1/3.2: the divisor of each RoPE frequency, stored as a tensor
+        import gguf
+
+        tensor = next(t for t in reader.tensors if t.name == "rope_freqs.weight")
+        factors = gguf.quants.dequantize(tensor.data, tensor.tensor_type).astype(np.float32).ravel()
+        config["rope_freq_factors"] = [float(f) for f in factors]
+    return config
+
+
+def _convert_weights(reader, gguf_path: Path, out: Path) -> None:
+    import gguf
+    from safetensors.torch import save_file
+
+    config = hf_config(reader, gguf_path)
+    arch, num_heads, num_kv_heads = config["model_type"], config["num_attention_heads"], config["num_key_value_heads"]
     state = {}
     for tensor in reader.tensors:
+        if tensor.name == "rope_freqs.weight":
+            continue  # in config.json
         try:
             weight = gguf.quants.dequantize(tensor.data, tensor.tensor_type).astype(np.float32)
         except (NotImplementedError, ValueError) as err:
@@ -135,9 +171,7 @@ def _convert(gguf_path: Path, out: Path) -> None:
         if arch == "llama" and name.endswith(("q_proj.weight", "k_proj.weight")):
             weight = unpermute_qk(weight, num_heads if "q_proj" in name else num_kv_heads)
         state[name] = torch.from_numpy(np.ascontiguousarray(weight))
-    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
-    (out / "config.json").write_text(json.dumps(config, indent=2))
-    _convert_tokenizer(gguf_path, out)
+    save_file(state, str(out), metadata={"format": "pt"})
 
 
 _GGUF_TO_HF = {

@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specdec.errors import ModelLoadError
 from specdec.runtime.config import ModelConfig
 from specdec.runtime.kernels import invariant_kernels
 from specdec.runtime.kv_cache import StaticKVCache
@@ -57,6 +58,11 @@ def rope_inverse_frequencies(config: ModelConfig) -> torch.Tensor:
     """Inverse frequencies [D/2] for RoPE, with llama3 or linear scaling applied."""
     dim = config.head_dim
     inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    if config.rope_freq_factors is not None:  # as llama.cpp applies a GGUF's rope_freqs
+        factors = torch.tensor(config.rope_freq_factors, dtype=torch.float64)
+        if factors.shape != inv_freq.shape:
+            raise ModelLoadError(f"rope_freqs holds {factors.numel()} factors; the heads need {inv_freq.numel()}")
+        inv_freq = inv_freq / factors
     scaling = config.rope_scaling
     if not scaling:
         return inv_freq.float()
@@ -235,7 +241,7 @@ class LlamaModel(nn.Module):
 
     @property
     def device(self) -> torch.device:
-        return self.embed.weight.device
+        return self.norm.weight.device
 
     @property
     def vocab_size(self) -> int:
@@ -247,7 +253,7 @@ class LlamaModel(nn.Module):
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.embed.weight.dtype
+        return self.norm.weight.dtype
 
     @torch.inference_mode()
     def lm_head_weight(self) -> torch.Tensor:

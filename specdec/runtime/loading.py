@@ -15,7 +15,7 @@ import torch
 
 from specdec.errors import ConfigError, ModelLoadError
 from specdec.runtime.config import ModelConfig
-from specdec.runtime.gguf_convert import converted_folder
+from specdec.runtime.gguf_convert import converted_folder, metadata_folder
 from specdec.runtime.llama import LlamaModel, rope_inverse_frequencies
 from specdec.runtime.tokenizer import Tokenizer
 from specdec.runtime.weight_formats import WeightReport, apply_weights, check_weights
@@ -41,6 +41,7 @@ class LanguageModel:
     folder: Path
     eos_token_ids: list[int] = field(default_factory=list)
     weights: WeightReport | None = None  # what the lean runtime's linear layers became (None: transformers)
+    gguf_path: Path | None = None  # the GGUF file it was loaded from, if any
 
     @property
     def vocab_size(self) -> int:
@@ -65,23 +66,26 @@ def builtin_gguf_path(name: str) -> Path:
 
 
 def resolve_model_folder(spec: str) -> Path:
-    """Map a built-in name, a folder or a .gguf file to a Hugging Face folder on disk."""
-    return resolve_model_source(spec)[0]
+    """Map a built-in name, a folder or a .gguf file to a Hugging Face folder with float weights on
+    disk (a GGUF's are written once: `converted_folder`)."""
+    folder, gguf_path = resolve_model_source(spec)
+    return folder if gguf_path is None else converted_folder(gguf_path)
 
 
 def resolve_model_source(spec: str) -> tuple[Path, Path | None]:
-    """(Hugging Face folder, the GGUF file it was converted from or None) for a model spec."""
+    """(Hugging Face folder, the GGUF file or None) for a model spec; a GGUF's folder holds its
+    config and tokenizer (`metadata_folder`), float weights only once something asked for them."""
     name = spec.strip().lower()
     if name in ("default", ""):
         name = DEFAULT_MODEL
     if name in BUILTIN_MODELS:
         gguf_path = builtin_gguf_path(name)
-        return converted_folder(gguf_path), gguf_path
+        return metadata_folder(gguf_path), gguf_path
     path = Path(spec).expanduser()
     if path.suffix.lower() == ".gguf":
         if not path.is_file():
             raise ModelLoadError(f"model file {path} does not exist")
-        return converted_folder(path), path
+        return metadata_folder(path), path
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise ModelLoadError(f"{path} is a folder but has no config.json; it is not a model folder")
@@ -116,7 +120,7 @@ def load_model(
     weights: str = "auto",
 ) -> LanguageModel:
     """Load a model. `weights` (lean runtime): auto | float32 | bfloat16 | int8 | int4, see
-    weight_formats.py; `auto` runs a GGUF's Q4_0/Q4_1/Q8_0 weights as they are stored."""
+    weight_formats.py; `auto` runs a GGUF's blocks as they are stored (gguf_model.py)."""
     torch_dtype = parse_dtype(dtype)
     device = check_device(device)
     if runtime not in RUNTIMES:
@@ -129,12 +133,24 @@ def load_model(
     hf_config = _read_json(folder / "config.json")
     report = None
     if runtime == "lean":
-        net = load_lean(folder, hf_config, device, torch_dtype, weights=weights, gguf_path=gguf_path)
+        if gguf_path is not None and _runs_as_stored(weights, device, torch_dtype):
+            from specdec.runtime.gguf_model import load_gguf
+
+            net = load_gguf(gguf_path, folder)
+        else:
+            if gguf_path is not None:
+                folder = converted_folder(gguf_path)
+            net = load_lean(folder, hf_config, device, torch_dtype, weights=weights, from_gguf=gguf_path is not None)
         report = net.weight_report
         eos = list(net.config.eos_token_ids)
     else:
         from specdec.runtime.hf_adapter import TransformersCausalLM
 
+        if hf_config.get("rope_freq_factors") is not None:
+            raise ConfigError(f"{spec} stores Llama 3.1 RoPE factors (rope_freqs), which a transformers model built "
+                              "from its config would not apply; use --runtime lean")
+        if gguf_path is not None:
+            folder = converted_folder(gguf_path)
         net = TransformersCausalLM(folder, device, torch_dtype)
         eos_field = hf_config.get("eos_token_id")
         eos = [eos_field] if isinstance(eos_field, int) else list(eos_field or [])
@@ -143,7 +159,15 @@ def load_model(
     tok_eos = tokenizer.token_id(tokenizer.eos_token)
     if tok_eos is not None:
         eos.append(tok_eos)
-    return LanguageModel(spec, net, tokenizer, folder, sorted(set(eos)), report)
+    return LanguageModel(spec, net, tokenizer, folder, sorted(set(eos)), report, gguf_path)
+
+
+def _runs_as_stored(weights: str, device: str, dtype: torch.dtype) -> bool:
+    """Whether a GGUF runs its own blocks: the default weights, on the CPU in float32, with the kernels."""
+    from specdec.runtime.quant import quantized_kernels_available
+
+    return weights == "auto" and torch.device(device).type == "cpu" and dtype == torch.float32 and \
+        quantized_kernels_available()
 
 
 def _read_json(path: Path) -> dict:
@@ -163,12 +187,12 @@ def _generation_eos(folder: Path) -> list[int]:
 
 def load_lean(
     folder: Path, hf_config: dict, device: str, dtype: torch.dtype, pack: bool = True, *,
-    weights: str = "auto", gguf_path: Path | None = None,
+    weights: str = "auto", from_gguf: bool = False,
 ) -> LlamaModel:
     """Build the lean model on the meta device and fill it from the folder's safetensors.
 
-    With `pack`, the linear layers take the form `weights` asks for (weight_formats.py: a GGUF's
-    quantized blocks as they are, float32 MKL-prepacked, ...) and `weight_report` says which.
+    With `pack`, the linear layers take the form `weights` asks for (weight_formats.py: float32
+    MKL-prepacked, int4, ...) and `weight_report` says which.
     Training code passes pack=False and gets plain float nn.Linear layers."""
     config = ModelConfig.from_hf(hf_config)
     with torch.device("meta"):
@@ -183,7 +207,7 @@ def load_lean(
         )
     model.tie_weights()
     model.inv_freq = rope_inverse_frequencies(config).to(device)  # buffers built on meta hold no data
-    model.weight_report = apply_weights(model, weights, gguf_path) if pack else None
+    model.weight_report = apply_weights(model, weights, from_gguf) if pack else None
     return model.eval()
 
 

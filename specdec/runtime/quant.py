@@ -15,7 +15,10 @@ a fixed order. So:
   each block's largest entry); the residual stream, norms, attention, softmax and logits stay float32.
 
 `quantize_int4` / `quantize_int8` make codes from float weights (a float checkpoint loaded with
-`weights="int4"` or `"int8"`); `gguf_blocks` reads Q4_0, Q4_1 and Q8_0 blocks straight from a GGUF.
+`weights="int4"` or `"int8"`). A GGUF's own blocks of every common type (Q4_0 … Q8_0, the K-quants)
+are packed by the compiled `pack_gguf` into a layout per type (`FORMATS`; the layouts are described
+in `kernels/quant_gemm.cpp`), exactly: K-quants' sub-block scales are small integers times a
+float16, exact in float32, and the kernel computes s = d·sc in float32 as it goes.
 """
 
 from __future__ import annotations
@@ -31,7 +34,14 @@ from specdec.runtime.kernels import invariant_kernels
 
 GROUP = 32
 TILE = 16  # the kernel's outputs per tile: a layer's output size must be a multiple
-EXACT_GGUF_TYPES = {"Q4_0": "int4", "Q4_1": "int4", "Q8_0": "int8"}
+FLOAT_GGUF_TYPES = ("F32", "F16", "BF16")
+# GGUF type -> the kernels' packed layout that holds it exactly (ids of kernels/quant_formats.h)
+FORMATS = {"Q4_0": 0, "Q4_1": 0, "Q5_0": 1, "Q5_1": 1, "Q4_K": 2, "Q2_K": 3, "Q3_K": 3, "Q5_K": 4, "Q6_K": 5,
+           "Q8_0": 6}
+# per layout id: (kind, code bits, inputs per scale); a layout holds another of its kind exactly when
+# its codes are at least as wide and its scale groups at most as long
+LAYOUTS = {0: ("block", 4, 32), 1: ("block", 8, 32), 2: ("super", 4, 32), 3: ("super", 4, 16), 4: ("super", 8, 32),
+           5: ("super", 8, 16), 6: ("q8", 8, 32)}
 
 
 @dataclass
@@ -66,12 +76,37 @@ class Int8Codes:
         return Int8Codes(self.codes[index], self.scales[index])
 
 
-def concat_codes(parts: list) -> Int4Codes | Int8Codes:
-    """Stack the codes of several layers' outputs (fused q/k/v or gate/up), all of one kind."""
-    first = parts[0]
-    if isinstance(first, Int4Codes):
-        return Int4Codes(*(torch.cat([getattr(p, f) for p in parts]) for f in ("codes", "scales", "offsets")))
-    return Int8Codes(*(torch.cat([getattr(p, f) for p in parts]) for f in ("codes", "scales")))
+def gguf_format(types: list[str]) -> str | None:
+    """The layout (named by a GGUF type it is made for) that holds tensors of all `types` exactly when
+    stacked in one layer; None when none does (float types, or kinds that do not mix)."""
+    if any(t not in FORMATS for t in types):
+        return None
+    ids = {FORMATS[t] for t in types}
+    if len(ids) == 1:
+        return types[0]
+    kinds = {LAYOUTS[i][0] for i in ids}
+    if len(kinds) > 1 or kinds == {"q8"}:
+        return None
+    want = (kinds.pop(), max(LAYOUTS[i][1] for i in ids), min(LAYOUTS[i][2] for i in ids))
+    layout = next(i for i, spec in LAYOUTS.items() if spec == want)
+    return next(t for t, i in FORMATS.items() if i == layout)
+
+
+def pack_gguf_tensors(raws: list[torch.Tensor], types: list[str], orders: list[torch.Tensor | None],
+                      layout: str) -> torch.Tensor:
+    """Raw GGUF blocks ([rows, bytes] uint8 per tensor, stacked along outputs; each optional order
+    [rows] picks the stored row of every output row) -> packed weights in `layout`'s format."""
+    kernels = _kernels_or_raise()
+    none = torch.empty(0, dtype=torch.long)
+    return kernels.pack_gguf(raws, types, [none if o is None else o for o in orders], FORMATS[layout])
+
+
+def _kernels_or_raise():
+    kernels = invariant_kernels()
+    if kernels is None:
+        raise ConfigError("quantized weights need specdec's compiled CPU kernels, which could not be built "
+                          "here; install a C++ compiler (g++) and ninja, or use --weights float32")
+    return kernels
 
 
 def quantized_kernels_available() -> bool:
@@ -79,21 +114,33 @@ def quantized_kernels_available() -> bool:
 
 
 class QuantizedLinear(nn.Module):
-    """y = x Wᵀ (+ bias) with W in 4- or 8-bit codes; x [..., in] float32 -> [..., out] float32."""
+    """y = x Wᵀ (+ bias) with W in packed quantized codes; x [..., in] float32 -> [..., out] float32."""
 
     def __init__(self, codes: Int4Codes | Int8Codes, bias: torch.Tensor | None = None) -> None:
-        super().__init__()
-        kernels = invariant_kernels()
-        if kernels is None:
-            raise ConfigError("quantized weights need specdec's compiled CPU kernels, which could not be built "
-                              "here; install a C++ compiler (g++) and ninja, or use --weights float32")
-        self.out_features, self.in_features = codes.codes.shape
-        _check_shape(self.out_features, self.in_features)
-        self.bits = 4 if isinstance(codes, Int4Codes) else 8
+        kernels = _kernels_or_raise()
+        out_features, in_features = codes.codes.shape
+        _check_shape(out_features, in_features)
+        four = isinstance(codes, Int4Codes)
         scales = _float16_exact(codes.scales, "scales")
-        offsets = _float16_exact(codes.offsets, "offsets") if self.bits == 4 else None
-        self.packed = kernels.pack_quant_weights(codes.codes.contiguous(), scales, offsets)  # [N/16, K/32, bytes]
-        self.multiply = kernels.quant_linear
+        offsets = _float16_exact(codes.offsets, "offsets") if four else None
+        packed = kernels.pack_quant_weights(codes.codes.contiguous(), scales, offsets)  # [N/16, K/32, bytes]
+        self._set_packed(packed, "Q4_1" if four else "Q8_0", bias)
+
+    @classmethod
+    def from_packed(cls, packed: torch.Tensor, layout: str, bias: torch.Tensor | None = None) -> "QuantizedLinear":
+        """A layer over weights already packed in `layout`'s format (GGUF blocks: `pack_gguf_tensors`)."""
+        layer = cls.__new__(cls)
+        layer._set_packed(packed, layout, bias)
+        return layer
+
+    def _set_packed(self, packed: torch.Tensor, layout: str, bias: torch.Tensor | None) -> None:
+        nn.Module.__init__(self)
+        self.packed = packed  # [N/16, units, unit bytes] uint8
+        self.layout = layout
+        self.bits = LAYOUTS[FORMATS[layout]][1]
+        self.out_features = packed.shape[0] * TILE
+        self.in_features = packed.shape[1] * (GROUP if LAYOUTS[FORMATS[layout]][0] != "super" else 8 * GROUP)
+        self.multiply = _kernels_or_raise().quant_linear
         self.bias = None if bias is None else bias.detach().float()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -104,28 +151,20 @@ class QuantizedLinear(nn.Module):
         return out.reshape(*x.shape[:-1], self.out_features)
 
     def dequantized_weight(self) -> torch.Tensor:  # [out, in] float32: the exact weights
-        return unpack_codes(self.packed, self.bits).dequantize()
+        return _kernels_or_raise().dequantize_packed(self.packed, torch.empty(0, dtype=torch.long))
 
 
-def unpack_codes(packed: torch.Tensor, bits: int) -> Int4Codes | Int8Codes:
-    """The codes, scales and offsets back from the kernel's layout (see quant_gemm.cpp's header)."""
-    tiles, blocks, _ = packed.shape
-    data = packed.numpy()
-    if bits == 4:
-        chunks = data[..., :256].reshape(tiles, blocks, 4, TILE, 4)  # [T, B, j, lane, i]
-        both = np.stack([chunks & 0x0F, chunks >> 4], axis=2)  # [T, B, half, j, lane, i]: input 16·half + 4j + i
-        codes = both.transpose(0, 4, 1, 2, 3, 5)  # [T, lane, B, half, j, i]
-    else:
-        codes = data[..., :512].view(np.int8).reshape(tiles, blocks, 8, TILE, 4).transpose(0, 3, 1, 2, 4)  # [T, lane, B, g, i]
-    codes = torch.from_numpy(np.ascontiguousarray(codes).reshape(tiles * TILE, blocks * GROUP))
+class QuantizedEmbedding(nn.Module):
+    """A token table kept in its packed quantized form; rows are dequantized (exactly) as they are
+    gathered. ids [...] -> [..., hidden] float32."""
 
-    def halves(offset: int) -> torch.Tensor:  # 16 float16 per tile and block -> [N, K/32] float32
-        field = data[..., offset:offset + 32].copy().view(np.float16)  # [T, B, lane]
-        return torch.from_numpy(field.transpose(0, 2, 1).reshape(tiles * TILE, blocks).astype(np.float32))
+    def __init__(self, packed: torch.Tensor) -> None:
+        super().__init__()
+        self.packed = packed  # [V/16, units, unit bytes] uint8 (shared with a tied LM head)
+        self.gather = _kernels_or_raise().dequantize_packed
 
-    if bits == 4:
-        return Int4Codes(codes, halves(256), halves(288))
-    return Int8Codes(codes, halves(512))
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.gather(self.packed, ids.reshape(-1).cpu()).to(ids.device).reshape(*ids.shape, -1)
 
 
 def _float16_exact(values: torch.Tensor, what: str) -> torch.Tensor:
@@ -165,29 +204,6 @@ def quantize_int8(weight: torch.Tensor) -> Int8Codes:
     safe = torch.where(scales > 0, scales, torch.ones_like(scales))
     codes = (w / safe[..., None]).round().clamp(-127, 127).to(torch.int8).view(n, k)
     return Int8Codes(codes, scales)
-
-
-def gguf_blocks(type_name: str, data: np.ndarray, rows: int, cols: int) -> Int4Codes | Int8Codes:
-    """Codes of a Q4_0, Q4_1 or Q8_0 GGUF tensor from its raw blocks (data: [rows, bytes per row])."""
-    blocks = np.ascontiguousarray(data).reshape(rows, cols // GROUP, -1)  # [N, K/32, bytes per block]
-
-    def half(offset: int) -> torch.Tensor:  # a float16 field of every block -> [N, K/32] float32
-        return torch.from_numpy(blocks[..., offset:offset + 2].copy().view(np.float16)[..., 0].astype(np.float32))
-
-    def nibbles(offset: int) -> torch.Tensor:  # 16 bytes: values 0..15 low nibbles, 16..31 high ones
-        packed = blocks[..., offset:offset + 16]
-        codes = np.concatenate([packed & 0x0F, packed >> 4], axis=-1)  # [N, K/32, 32]
-        return torch.from_numpy(codes.reshape(rows, cols).astype(np.uint8))
-
-    if type_name == "Q4_0":
-        scales = half(0)
-        return Int4Codes(nibbles(2), scales, -8 * scales)
-    if type_name == "Q4_1":
-        return Int4Codes(nibbles(4), half(0), half(2))
-    if type_name == "Q8_0":
-        codes = blocks[..., 2:].copy().view(np.int8).reshape(rows, cols)
-        return Int8Codes(torch.from_numpy(codes), half(0))
-    raise ValueError(f"no exact layout for GGUF type {type_name}")
 
 
 def quantize_linears(module: nn.Module, bits: int = 8) -> nn.Module:

@@ -25,7 +25,8 @@ import platform
 import warnings
 from pathlib import Path
 
-SOURCES = [Path(__file__).with_name(name) for name in ("invariant.cpp", "quant_gemm.cpp", "layer.cpp")]
+SOURCES = [Path(__file__).with_name(name) for name in
+           ("invariant.cpp", "quant_gemm.cpp", "gguf_pack.cpp", "layer.cpp", "quant_formats.h")]
 # no fused multiply-add contraction: a vectorised loop and its scalar tail must round alike
 CFLAGS = ["-O3", "-ffp-contract=off", "-fno-math-errno"]
 ISA_FLAGS = {"native": ["-march=native"], "generic": ["-march=x86-64-v3"] if platform.machine() == "x86_64" else []}
@@ -65,7 +66,7 @@ def _load(isa: str):
     if not any(build.glob(f"{name}*.so")):
         announce(f"compiling the batch-invariant CPU kernels once ({isa}; about a minute) into {build}")
     return cpp_extension.load(
-        name=name, sources=[str(source) for source in SOURCES], build_directory=str(build),
+        name=name, sources=[str(source) for source in SOURCES if source.suffix == ".cpp"], build_directory=str(build),
         extra_cflags=CFLAGS + ISA_FLAGS[isa], verbose=False,
     )
 

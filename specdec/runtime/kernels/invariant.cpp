@@ -504,6 +504,10 @@ torch::Tensor attention_segments(torch::Tensor q, const std::vector<torch::Tenso
 torch::Tensor quant_linear(torch::Tensor x, torch::Tensor packed);
 torch::Tensor pack_quant_weights(torch::Tensor codes, torch::Tensor scales, c10::optional<torch::Tensor> offsets);
 std::string quant_linear_path();
+// gguf_pack.cpp
+torch::Tensor pack_gguf(const std::vector<torch::Tensor>& raws, const std::vector<std::string>& types,
+                        const std::vector<torch::Tensor>& orders, int64_t format_id);
+torch::Tensor dequantize_packed(torch::Tensor packed, torch::Tensor rows);
 // layer.cpp
 torch::Tensor decoder_layers(torch::Tensor x, const std::vector<torch::Tensor>& layer_weights, int64_t num_layers,
                              torch::Tensor cos, torch::Tensor sin, const std::vector<torch::Tensor>& keys,
@@ -522,6 +526,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("quant_linear", &quant_linear, "4- or 8-bit weights x 8-bit rows, every row by one recipe");
   m.def("pack_quant_weights", &pack_quant_weights, "codes, scales (and 4-bit offsets) into quant_linear's layout",
         py::arg("codes"), py::arg("scales"), py::arg("offsets") = py::none());
+  m.def("pack_gguf", &pack_gguf, "GGUF blocks as stored (one tensor, or several stacked along outputs) into a packed format, exactly");
+  m.def("dequantize_packed", &dequantize_packed, "the exact float32 weights of rows of a packed tensor (all rows when empty)");
   m.def("quant_linear_path", &quant_linear_path, "the instruction set quant_linear was built for");
   m.def("eagle3_layer", &eagle3_layer, "an EAGLE-3 head's decoder layer over new pairs of one sequence (quantized linears), in one call");
   m.def("decoder_layers", &decoder_layers, "the decoder layers of one pass over segments of rows, each with its own cache (quantized linears), in one call");

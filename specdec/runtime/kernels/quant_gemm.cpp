@@ -1,25 +1,35 @@
-// Weight-only 4-bit linear layers with 8-bit activations: a weight tile is unpacked once per call
-// and used for every row, so a pass over k rows streams the weights once (flat verification).
+// Weight-only quantized linear layers with 8-bit activations: a weight tile is unpacked once per
+// call and used for every row, so a pass over k rows streams the weights once (flat verification).
 //
-// Numerics (llama.cpp's Q4 x Q8_0 recipe, made batch-invariant):
+// Numerics (llama.cpp's Q x Q8_0 recipe, made batch-invariant):
 // - each input row is quantized in blocks of 32: d = max|x| / 127, xq = round(x / d) in [-127, 127],
-//   X = sum(xq) — per row, never shared across rows;
-// - 4-bit weights: codes q in [0, 15] per block of 32 inputs with a float16 scale s and offset c
-//   (w = s * q + c; GGUF Q4_1 is s = d, c = m; Q4_0 is s = d, c = -8d). Per block the integer dot
-//   I = sum(q * xq) is exact, then in float32: t = c * X; t = fma(s, I, t); acc = fma(t, d, acc);
-// - 8-bit weights: codes q in [-128, 127] with a float16 scale s (GGUF Q8_0: w = s * q). I =
-//   sum(q * xq) exact, then t = s * I; acc = fma(t, d, acc);
+//   X = sum(xq) per block and per half block (16 inputs) — per row, never shared across rows;
+// - affine weights (every format but Q8_0): unsigned codes u per block of 32 inputs and, per group
+//   of G = 32 or 16 inputs, a scale s and an offset c (w = s * u + c). Per group the integer dot
+//   I = sum(u * xq) is exact, then in float32: with one group per block t = c * X; t = fma(s, I, t);
+//   with two (G = 16, halves h = 0, 1) t = c0 * X0; t = fma(s0, I0, t); t = fma(c1, X1, t);
+//   t = fma(s1, I1, t); and acc = fma(t, d, acc);
+// - Q8_0 weights: signed codes q in [-128, 127] with a float16 scale s (w = s * q). I = sum(q * xq)
+//   exact, then t = s * I; acc = fma(t, d, acc);
 // - blocks in ascending order.
 // So every output of every row is computed by one recipe whatever the number of rows, the tile or
 // the thread, and the AVX-512 VNNI, AVX2 and scalar paths give the same bits (the integer dots are
 // exact however they are formed; the float steps are the same operations in the same order).
 //
-// Packed layout, one uint8 tensor [N / 16, K / 32, bytes] (tiles of 16 outputs, blocks of 32
-// inputs; within a chunk of 64 bytes output n's 4 bytes lie at 4n):
-// - 4-bit: 4 chunks (chunk j: low nibbles q[n, 4j .. 4j+3], high nibbles q[n, 16+4j .. 16+4j+3]),
-//   16 float16 scales, 16 float16 offsets: 320 bytes;
-// - 8-bit: 8 chunks (chunk g: q[n, 4g .. 4g+3]), 16 float16 scales, 16 int32 128 * sum(q) (VNNI
-//   multiplies unsigned by signed bytes, so it takes xq + 128 and subtracts this): 608 bytes.
+// Packed layout, one uint8 tensor [N / 16, units, unit bytes] (tiles of 16 outputs; a unit is a
+// block of 32 inputs, or for super-block formats 8 blocks = 256 inputs). Within a chunk of 64 bytes
+// output n's 4 bytes lie at 4n. Codes of a block:
+// - 4-bit: 4 chunks (chunk j: low nibbles u[n, 4j .. 4j+3], high nibbles u[n, 16+4j .. 16+4j+3]);
+// - 8-bit: 8 chunks (chunk g: u[n, 4g .. 4g+3]); unsigned affine codes are at most 127.
+// Formats (the unit size names the format):
+// - per-block affine (Q4_0, Q4_1: 4-bit; Q5_0, Q5_1: 8-bit): codes, 16 float16 s, 16 float16 c:
+//   320 / 576 bytes;
+// - super-block affine (K-quants): a header of 16 float16 d and 16 float16 m, then 8 blocks of
+//   codes, G-groups' int8 sc[16] and int8 mn[16] (group h of the block at codes + 32h); s = d * sc
+//   and c = m * mn, both exact in float32: Q4_K 4-bit G 32 (2368 bytes), Q2_K and Q3_K 4-bit G 16
+//   (2624), Q5_K 8-bit G 32 (4416), Q6_K 8-bit G 16 (4672);
+// - Q8_0: 8 chunks, 16 float16 scales, 16 int32 128 * sum(q) (VNNI multiplies unsigned by signed
+//   bytes, so it takes xq + 128 and subtracts this): 608 bytes.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <c10/util/Half.h>
@@ -27,6 +37,7 @@
 #include <cstdint>
 #include <cstring>
 #include <vector>
+#include "quant_formats.h"
 #if defined(__AVX512F__) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #define SPECDEC_QGEMM_AVX512 1
 #include <immintrin.h>
@@ -37,23 +48,23 @@
 
 namespace {
 
-constexpr int kTile = 16;   // outputs per tile
-constexpr int kBlock = 32;  // inputs per block
-
-template <int BITS>
-constexpr int64_t kBlockBytes = BITS == 4 ? 256 + 32 + 32 : 512 + 32 + 64;
+using specdec::kBlock;
+using specdec::kTile;
+using specdec::kQ8UnitBytes;
 
 struct Activations {  // x [M, K] quantized per row in blocks of 32
   std::vector<int8_t> q;     // [M, K] in [-127, 127]
-  std::vector<uint8_t> u;    // [M, K] q + 128 (VNNI's unsigned operand, for 8-bit weights), or empty
+  std::vector<uint8_t> u;    // [M, K] q + 128 (VNNI's unsigned operand, for Q8_0 weights), or empty
   std::vector<float> scale;  // [M, K/32]
   std::vector<float> sum;    // [M, K/32], sum of the block's codes (an integer, exact in float)
+  std::vector<float> half;   // [M, K/16], sums of each half block's codes
 };
 
 Activations quantize_rows(const float* x, int64_t rows, int64_t k, bool with_unsigned) {
   const int64_t blocks = k / kBlock;
   Activations a{std::vector<int8_t>(rows * k), std::vector<uint8_t>(with_unsigned ? rows * k : 0),
-                std::vector<float>(rows * blocks), std::vector<float>(rows * blocks)};
+                std::vector<float>(rows * blocks), std::vector<float>(rows * blocks),
+                std::vector<float>(rows * blocks * 2)};
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t b = 0; b < blocks; ++b) {
       const float* v = x + r * k + b * kBlock;
@@ -62,17 +73,30 @@ Activations quantize_rows(const float* x, int64_t rows, int64_t k, bool with_uns
       const float d = top / 127.f;
       const float inv = d > 0.f ? 1.f / d : 0.f;
       const int64_t at = r * k + b * kBlock;
-      int32_t total = 0;
+      int32_t halves[2] = {0, 0};
       for (int i = 0; i < kBlock; ++i) {
         const int8_t q = static_cast<int8_t>(std::min(std::max(std::nearbyint(v[i] * inv), -127.f), 127.f));
         a.q[at + i] = q;
         if (with_unsigned) a.u[at + i] = static_cast<uint8_t>(q + 128);
-        total += q;
+        halves[i / 16] += q;
       }
       a.scale[r * blocks + b] = d;
-      a.sum[r * blocks + b] = static_cast<float>(total);
+      a.sum[r * blocks + b] = static_cast<float>(halves[0] + halves[1]);
+      a.half[(r * blocks + b) * 2] = static_cast<float>(halves[0]);
+      a.half[(r * blocks + b) * 2 + 1] = static_cast<float>(halves[1]);
     }
   return a;
+}
+
+using specdec::block_of;
+
+// Where the super-block header of block b is (super-block formats).
+template <class F>
+inline const uint8_t* header_at(const uint8_t* tile, int64_t b) {
+  return tile + (b / specdec::kSuperBlocks) * F::kUnitBytes;
+}
+inline void prefetch_unit(const uint8_t* ahead, int64_t bytes) {
+  for (int64_t line = 0; line < bytes; line += 64) __builtin_prefetch(ahead + line, 0, 3);
 }
 
 #if SPECDEC_QGEMM_AVX512
@@ -80,61 +104,117 @@ template <typename T>
 inline __m512i broadcast4(const T* p) {  // 4 bytes into every 32-bit lane
   return _mm512_broadcastd_epi32(_mm_loadu_si32(p));
 }
+inline __m512 int8_to_ps(const uint8_t* p) {  // 16 int8 -> 16 float
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+inline __m512 half_to_ps(const uint8_t* p) {  // 16 float16 -> 16 float
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
 
-// Rows [row0, row0 + R) against one tile: out[r, n0 .. n0+16). Each weight register is used by
-// all R rows before the next is loaded (rows innermost: R independent chains in flight). `ahead`:
-// a later tile to prefetch while this one computes (streaming weights and multiplying overlap), or null.
-template <int BITS, int R>
-void tile_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t k, int64_t row0, float* out,
-               int64_t n, int64_t n0, const uint8_t* ahead) {
+// Rows [row0, row0 + R) against one tile of an affine format: out[r, n0 .. n0+16). Each weight
+// register is used by all R rows before the next is loaded (rows innermost: R independent chains in
+// flight). `ahead`: a later tile to prefetch while this one computes, or null.
+template <class F, int R>
+void affine_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t k, int64_t row0, float* out,
+                 int64_t n, int64_t n0, const uint8_t* ahead) {
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  __m512 d = _mm512_setzero_ps(), m = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t* blk = tile + b * kBlockBytes<BITS>;
-    if (ahead != nullptr && row0 == 0)  // the first rows fetch the same block of a later tile
-      for (int64_t line = 0; line < kBlockBytes<BITS>; line += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(ahead + b * kBlockBytes<BITS> + line), _MM_HINT_T0);
+    const uint8_t* blk = block_of<F>(tile, b);
+    if constexpr (F::kSuper) {
+      if (b % 8 == 0) {
+        const uint8_t* header = header_at<F>(tile, b);
+        d = half_to_ps(header);
+        m = half_to_ps(header + 32);
+        if (ahead != nullptr && row0 == 0) prefetch_unit(header_at<F>(ahead, b), F::kUnitBytes);
+      }
+    } else if (ahead != nullptr && row0 == 0) {
+      prefetch_unit(block_of<F>(ahead, b), F::kBlockBytes);
+    }
     const int64_t first = row0 * k + b * kBlock;  // row0's block b in the activations
-    __m512i dot[R];
-    for (int r = 0; r < R; ++r) dot[r] = _mm512_setzero_si512();
-    if constexpr (BITS == 4) {
+    __m512i dot0[R], dot1[R];  // the two halves' integer dots
+    for (int r = 0; r < R; ++r) dot0[r] = dot1[r] = _mm512_setzero_si512();
+    if constexpr (F::kBits == 4) {
       for (int j = 0; j < 4; ++j) {
         const __m512i raw = _mm512_loadu_si512(blk + j * 64);
         const __m512i lo = _mm512_and_si512(raw, low4);                         // inputs 4j .. 4j+3
         const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);  // inputs 16+4j .. 16+4j+3
         for (int r = 0; r < R; ++r) {
           const int8_t* xb = a.q.data() + first + r * k;
-          dot[r] = _mm512_dpbusd_epi32(dot[r], lo, broadcast4(xb + 4 * j));
-          dot[r] = _mm512_dpbusd_epi32(dot[r], hi, broadcast4(xb + 16 + 4 * j));
+          dot0[r] = _mm512_dpbusd_epi32(dot0[r], lo, broadcast4(xb + 4 * j));
+          dot1[r] = _mm512_dpbusd_epi32(dot1[r], hi, broadcast4(xb + 16 + 4 * j));
         }
       }
     } else {
       for (int g = 0; g < 8; ++g) {
         const __m512i w = _mm512_loadu_si512(blk + g * 64);
-        for (int r = 0; r < R; ++r)
-          dot[r] = _mm512_dpbusd_epi32(dot[r], broadcast4(a.u.data() + first + r * k + 4 * g), w);
+        for (int r = 0; r < R; ++r) {
+          __m512i& dot = g < 4 ? dot0[r] : dot1[r];
+          dot = _mm512_dpbusd_epi32(dot, w, broadcast4(a.q.data() + first + r * k + 4 * g));
+        }
       }
-      const __m512i correction = _mm512_loadu_si512(blk + 512 + 32);  // 128 * sum(q) per output
-      for (int r = 0; r < R; ++r) dot[r] = _mm512_sub_epi32(dot[r], correction);
     }
-    const __m512 s = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * BITS)));
+    const uint8_t* params = blk + F::kCodeBytes;
+    __m512 s0, c0, s1, c1;
+    if constexpr (F::kSuper) {
+      s0 = _mm512_mul_ps(d, int8_to_ps(params));
+      c0 = _mm512_mul_ps(m, int8_to_ps(params + 16));
+      if constexpr (F::kHalves == 2) {
+        s1 = _mm512_mul_ps(d, int8_to_ps(params + 32));
+        c1 = _mm512_mul_ps(m, int8_to_ps(params + 48));
+      }
+    } else {
+      s0 = half_to_ps(params);
+      c0 = half_to_ps(params + 32);
+    }
     for (int r = 0; r < R; ++r) {
       const int64_t at = (row0 + r) * blocks + b;
       __m512 t;
-      if constexpr (BITS == 4) {
-        const __m512 c = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * BITS + 32)));
-        t = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(dot[r]), _mm512_mul_ps(c, _mm512_set1_ps(a.sum[at])));
+      if constexpr (F::kHalves == 1) {
+        const __m512i dot = _mm512_add_epi32(dot0[r], dot1[r]);
+        t = _mm512_fmadd_ps(s0, _mm512_cvtepi32_ps(dot), _mm512_mul_ps(c0, _mm512_set1_ps(a.sum[at])));
       } else {
-        t = _mm512_mul_ps(s, _mm512_cvtepi32_ps(dot[r]));
+        t = _mm512_fmadd_ps(s0, _mm512_cvtepi32_ps(dot0[r]), _mm512_mul_ps(c0, _mm512_set1_ps(a.half[2 * at])));
+        t = _mm512_fmadd_ps(c1, _mm512_set1_ps(a.half[2 * at + 1]), t);
+        t = _mm512_fmadd_ps(s1, _mm512_cvtepi32_ps(dot1[r]), t);
       }
       acc[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(a.scale[at]), acc[r]);
     }
   }
   for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + (row0 + r) * n + n0, acc[r]);
 }
+
+// Rows against one tile of Q8_0 weights (signed codes: VNNI takes the rows as xq + 128).
+template <int R>
+void q8_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t k, int64_t row0, float* out,
+             int64_t n, int64_t n0, const uint8_t* ahead) {
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* blk = tile + b * kQ8UnitBytes;
+    if (ahead != nullptr && row0 == 0) prefetch_unit(ahead + b * kQ8UnitBytes, kQ8UnitBytes);
+    const int64_t first = row0 * k + b * kBlock;
+    __m512i dot[R];
+    for (int r = 0; r < R; ++r) dot[r] = _mm512_setzero_si512();
+    for (int g = 0; g < 8; ++g) {
+      const __m512i w = _mm512_loadu_si512(blk + g * 64);
+      for (int r = 0; r < R; ++r)
+        dot[r] = _mm512_dpbusd_epi32(dot[r], broadcast4(a.u.data() + first + r * k + 4 * g), w);
+    }
+    const __m512i correction = _mm512_loadu_si512(blk + 512 + 32);  // 128 * sum(q) per output
+    const __m512 s = half_to_ps(blk + 512);
+    for (int r = 0; r < R; ++r) {
+      const int64_t at = (row0 + r) * blocks + b;
+      const __m512 t = _mm512_mul_ps(s, _mm512_cvtepi32_ps(_mm512_sub_epi32(dot[r], correction)));
+      acc[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(a.scale[at]), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + (row0 + r) * n + n0, acc[r]);
+}
 constexpr int kRowChunk = 8;
-constexpr bool kUnsignedRows = true;  // 8-bit weights read the rows as unsigned bytes (Activations::u)
+constexpr bool kUnsignedRows = true;  // Q8_0 weights read the rows as unsigned bytes (Activations::u)
 
 #elif SPECDEC_QGEMM_AVX2
 inline __m256i broadcast4(const int8_t* p) {
@@ -142,97 +222,170 @@ inline __m256i broadcast4(const int8_t* p) {
   std::memcpy(&v, p, 4);
   return _mm256_set1_epi32(v);
 }
-
 inline __m256i dot4(__m256i w, __m256i x, __m256i ones) {  // per 32-bit lane: 4 products u8 * s8, summed
   return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), ones);
 }
+inline __m256 int8_to_ps(const uint8_t* p) {  // 8 int8 -> 8 float
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+inline __m256 half_to_ps(const uint8_t* p) {  // 8 float16 -> 8 float
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
 
-template <int BITS, int R>
-void tile_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t k, int64_t row0, float* out,
-               int64_t n, int64_t n0, const uint8_t* ahead) {
+// As the AVX-512 version, one side of 8 outputs at a time. Pairs of u8 * s8 products stay within
+// int16: codes are at most 127.
+template <class F, int R>
+void affine_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t k, int64_t row0, float* out,
+                 int64_t n, int64_t n0, const uint8_t* ahead) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i ones = _mm256_set1_epi16(1);
-  for (int half = 0; half < 2; ++half) {  // outputs n0 + 8 * half .. + 8
+  for (int side = 0; side < 2; ++side) {  // outputs n0 + 8 * side .. + 8
     __m256 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    __m256 d = _mm256_setzero_ps(), m = _mm256_setzero_ps();
     for (int64_t b = 0; b < blocks; ++b) {
-      const uint8_t* blk = tile + b * kBlockBytes<BITS>;
-      if (ahead != nullptr && row0 == 0 && half == 0)
-        for (int64_t line = 0; line < kBlockBytes<BITS>; line += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(ahead + b * kBlockBytes<BITS> + line), _MM_HINT_T0);
+      const uint8_t* blk = block_of<F>(tile, b);
+      if constexpr (F::kSuper) {
+        if (b % 8 == 0) {
+          const uint8_t* header = header_at<F>(tile, b);
+          d = half_to_ps(header + 16 * side);
+          m = half_to_ps(header + 32 + 16 * side);
+          if (ahead != nullptr && row0 == 0 && side == 0) prefetch_unit(header_at<F>(ahead, b), F::kUnitBytes);
+        }
+      } else if (ahead != nullptr && row0 == 0 && side == 0) {
+        prefetch_unit(block_of<F>(ahead, b), F::kBlockBytes);
+      }
       const int8_t* x0 = a.q.data() + row0 * k + b * kBlock;
-      __m256i dot[R];
-      for (int r = 0; r < R; ++r) dot[r] = _mm256_setzero_si256();
-      if constexpr (BITS == 4) {
+      __m256i dot0[R], dot1[R];
+      for (int r = 0; r < R; ++r) dot0[r] = dot1[r] = _mm256_setzero_si256();
+      if constexpr (F::kBits == 4) {
         for (int j = 0; j < 4; ++j) {
-          const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + j * 64 + half * 32));
+          const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + j * 64 + side * 32));
           const __m256i lo = _mm256_and_si256(raw, low4);
           const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
           for (int r = 0; r < R; ++r) {
-            dot[r] = _mm256_add_epi32(dot[r], dot4(lo, broadcast4(x0 + r * k + 4 * j), ones));
-            dot[r] = _mm256_add_epi32(dot[r], dot4(hi, broadcast4(x0 + r * k + 16 + 4 * j), ones));
+            dot0[r] = _mm256_add_epi32(dot0[r], dot4(lo, broadcast4(x0 + r * k + 4 * j), ones));
+            dot1[r] = _mm256_add_epi32(dot1[r], dot4(hi, broadcast4(x0 + r * k + 16 + 4 * j), ones));
           }
         }
-      } else {  // |w| * (x with w's sign): pairs stay within int16 (2 * 128 * 127)
+      } else {
         for (int g = 0; g < 8; ++g) {
-          const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + g * 64 + half * 32));
-          const __m256i magnitude = _mm256_abs_epi8(w);
-          for (int r = 0; r < R; ++r)
-            dot[r] = _mm256_add_epi32(dot[r], dot4(magnitude, _mm256_sign_epi8(broadcast4(x0 + r * k + 4 * g), w), ones));
+          const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + g * 64 + side * 32));
+          for (int r = 0; r < R; ++r) {
+            __m256i& dot = g < 4 ? dot0[r] : dot1[r];
+            dot = _mm256_add_epi32(dot, dot4(w, broadcast4(x0 + r * k + 4 * g), ones));
+          }
         }
       }
-      const uint8_t* scales = blk + 64 * BITS + half * 16;
-      const __m256 s = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales)));
+      const uint8_t* params = blk + F::kCodeBytes;
+      __m256 s0, c0, s1, c1;
+      if constexpr (F::kSuper) {
+        s0 = _mm256_mul_ps(d, int8_to_ps(params + 8 * side));
+        c0 = _mm256_mul_ps(m, int8_to_ps(params + 16 + 8 * side));
+        if constexpr (F::kHalves == 2) {
+          s1 = _mm256_mul_ps(d, int8_to_ps(params + 32 + 8 * side));
+          c1 = _mm256_mul_ps(m, int8_to_ps(params + 48 + 8 * side));
+        }
+      } else {
+        s0 = half_to_ps(params + 16 * side);
+        c0 = half_to_ps(params + 32 + 16 * side);
+      }
       for (int r = 0; r < R; ++r) {
         const int64_t at = (row0 + r) * blocks + b;
         __m256 t;
-        if constexpr (BITS == 4) {
-          const __m256 c = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 32)));
-          t = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(dot[r]), _mm256_mul_ps(c, _mm256_set1_ps(a.sum[at])));
+        if constexpr (F::kHalves == 1) {
+          const __m256i dot = _mm256_add_epi32(dot0[r], dot1[r]);
+          t = _mm256_fmadd_ps(s0, _mm256_cvtepi32_ps(dot), _mm256_mul_ps(c0, _mm256_set1_ps(a.sum[at])));
         } else {
-          t = _mm256_mul_ps(s, _mm256_cvtepi32_ps(dot[r]));
+          t = _mm256_fmadd_ps(s0, _mm256_cvtepi32_ps(dot0[r]), _mm256_mul_ps(c0, _mm256_set1_ps(a.half[2 * at])));
+          t = _mm256_fmadd_ps(c1, _mm256_set1_ps(a.half[2 * at + 1]), t);
+          t = _mm256_fmadd_ps(s1, _mm256_cvtepi32_ps(dot1[r]), t);
         }
         acc[r] = _mm256_fmadd_ps(t, _mm256_set1_ps(a.scale[at]), acc[r]);
       }
     }
-    for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + (row0 + r) * n + n0 + 8 * half, acc[r]);
+    for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + (row0 + r) * n + n0 + 8 * side, acc[r]);
+  }
+}
+
+template <int R>
+void q8_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t k, int64_t row0, float* out,
+             int64_t n, int64_t n0, const uint8_t* ahead) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int side = 0; side < 2; ++side) {
+    __m256 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* blk = tile + b * kQ8UnitBytes;
+      if (ahead != nullptr && row0 == 0 && side == 0) prefetch_unit(ahead + b * kQ8UnitBytes, kQ8UnitBytes);
+      const int8_t* x0 = a.q.data() + row0 * k + b * kBlock;
+      __m256i dot[R];
+      for (int r = 0; r < R; ++r) dot[r] = _mm256_setzero_si256();
+      for (int g = 0; g < 8; ++g) {  // |w| * (x with w's sign): pairs stay within int16 (2 * 128 * 127)
+        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + g * 64 + side * 32));
+        const __m256i magnitude = _mm256_abs_epi8(w);
+        for (int r = 0; r < R; ++r)
+          dot[r] = _mm256_add_epi32(dot[r], dot4(magnitude, _mm256_sign_epi8(broadcast4(x0 + r * k + 4 * g), w), ones));
+      }
+      const __m256 s = half_to_ps(blk + 512 + side * 16);
+      for (int r = 0; r < R; ++r) {
+        const int64_t at = (row0 + r) * blocks + b;
+        const __m256 t = _mm256_mul_ps(s, _mm256_cvtepi32_ps(dot[r]));
+        acc[r] = _mm256_fmadd_ps(t, _mm256_set1_ps(a.scale[at]), acc[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + (row0 + r) * n + n0 + 8 * side, acc[r]);
   }
 }
 constexpr int kRowChunk = 4;
 constexpr bool kUnsignedRows = false;
 
 #else
-template <int BITS>
-inline int weight_code(const uint8_t* blk, int lane, int i) {  // output `lane`, input i of the block
-  if constexpr (BITS == 4) {
-    const int byte = blk[((i % 16) / 4) * 64 + lane * 4 + i % 4];
-    return i < 16 ? byte & 0x0F : byte >> 4;
-  } else {
-    return static_cast<int8_t>(blk[(i / 4) * 64 + lane * 4 + i % 4]);
-  }
-}
-
-template <int BITS, int R>
-void tile_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t k, int64_t row0, float* out,
-               int64_t n, int64_t n0, const uint8_t* ahead) {
+// The portable path: the same recipe one output at a time.
+template <class F, int R>
+void affine_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t k, int64_t row0, float* out,
+                 int64_t n, int64_t n0, const uint8_t* ahead) {
   (void)ahead;  // no prefetching in the portable path
   for (int r = 0; r < R; ++r)
     for (int lane = 0; lane < kTile; ++lane) {
       float acc = 0.f;
       for (int64_t b = 0; b < blocks; ++b) {
-        const uint8_t* blk = tile + b * kBlockBytes<BITS>;
+        const uint8_t* blk = block_of<F>(tile, b);
         const int8_t* xb = a.q.data() + (row0 + r) * k + b * kBlock;
-        int32_t dot = 0;
-        for (int i = 0; i < kBlock; ++i) dot += weight_code<BITS>(blk, lane, i) * xb[i];
-        const c10::Half* sc = reinterpret_cast<const c10::Half*>(blk + 64 * BITS);
+        int32_t dot[2] = {0, 0};
+        for (int i = 0; i < kBlock; ++i) dot[i / 16] += specdec::affine_code<F::kBits>(blk, lane, i) * xb[i];
+        float s[2], c[2];
+        specdec::affine_params<F>(tile, b, lane, s, c);
         const int64_t at = (row0 + r) * blocks + b;
         float t;
-        if constexpr (BITS == 4) {
-          t = std::fma(static_cast<float>(sc[lane]), static_cast<float>(dot), static_cast<float>(sc[kTile + lane]) * a.sum[at]);
+        if constexpr (F::kHalves == 1) {
+          t = std::fma(s[0], static_cast<float>(dot[0] + dot[1]), c[0] * a.sum[at]);
         } else {
-          t = static_cast<float>(sc[lane]) * static_cast<float>(dot);
+          t = std::fma(s[0], static_cast<float>(dot[0]), c[0] * a.half[2 * at]);
+          t = std::fma(c[1], a.half[2 * at + 1], t);
+          t = std::fma(s[1], static_cast<float>(dot[1]), t);
         }
         acc = std::fma(t, a.scale[at], acc);
+      }
+      out[(row0 + r) * n + n0 + lane] = acc;
+    }
+}
+
+template <int R>
+void q8_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t k, int64_t row0, float* out,
+             int64_t n, int64_t n0, const uint8_t* ahead) {
+  (void)ahead;
+  for (int r = 0; r < R; ++r)
+    for (int lane = 0; lane < kTile; ++lane) {
+      float acc = 0.f;
+      for (int64_t b = 0; b < blocks; ++b) {
+        const uint8_t* blk = tile + b * kQ8UnitBytes;
+        const int8_t* xb = a.q.data() + (row0 + r) * k + b * kBlock;
+        int32_t dot = 0;
+        for (int i = 0; i < kBlock; ++i) dot += static_cast<int8_t>(blk[(i / 4) * 64 + lane * 4 + i % 4]) * xb[i];
+        const float s = static_cast<float>(reinterpret_cast<const c10::Half*>(blk + 512)[lane]);
+        const float t = s * static_cast<float>(dot);
+        acc = std::fma(t, a.scale[(row0 + r) * blocks + b], acc);
       }
       out[(row0 + r) * n + n0 + lane] = acc;
     }
@@ -242,54 +395,59 @@ constexpr bool kUnsignedRows = false;
 #endif
 
 // Rows [first, end) against one tile: chunks of R rows, then the rest in chunks of R/2, R/4, ...
-// (the per-row arithmetic is the same in every chunk).
-template <int BITS, int R = kRowChunk>
+// (the per-row arithmetic is the same in every chunk). F: an affine format, or void for Q8_0.
+template <class F, int R = kRowChunk>
 void tile_all_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t k, int64_t first, int64_t end,
                    float* out, int64_t n, int64_t n0, const uint8_t* ahead) {
   int64_t r = first;
-  for (; r + R <= end; r += R) tile_rows<BITS, R>(tile, blocks, a, k, r, out, n, n0, ahead);
+  for (; r + R <= end; r += R) {
+    if constexpr (std::is_void_v<F>) q8_rows<R>(tile, blocks, a, k, r, out, n, n0, ahead);
+    else affine_rows<F, R>(tile, blocks, a, k, r, out, n, n0, ahead);
+  }
   if constexpr (R > 1) {
-    if (r < end) tile_all_rows<BITS, R / 2>(tile, blocks, a, k, r, end, out, n, n0, ahead);
+    if (r < end) tile_all_rows<F, R / 2>(tile, blocks, a, k, r, end, out, n, n0, ahead);
   }
 }
 
-int bits_of(const torch::Tensor& packed) {
-  TORCH_CHECK(packed.dtype() == torch::kUInt8 && packed.dim() == 3 && packed.is_contiguous(), "quant_linear: bad packing");
-  if (packed.size(2) == kBlockBytes<4>) return 4;
-  TORCH_CHECK(packed.size(2) == kBlockBytes<8>, "quant_linear: bad packing");
-  return 8;
-}
-
-}  // namespace
-
-// x: [M, K] float32; packed: [N/16, K/32, bytes] uint8 (see the header) -> [M, N] float32.
-torch::Tensor quant_linear(torch::Tensor x, torch::Tensor packed) {
-  TORCH_CHECK(x.dtype() == torch::kFloat32 && x.dim() == 2, "quant_linear wants float32 rows [M, K]");
-  const int bits = bits_of(packed);
-  x = x.contiguous();
-  const int64_t rows = x.size(0), k = x.size(1), tiles = packed.size(0), blocks = packed.size(1);
-  TORCH_CHECK(blocks * kBlock == k, "quant_linear: input size does not match the packing");
-  const int64_t n = tiles * kTile;
-  auto out = torch::empty({rows, n}, x.options());
-  if (rows == 0) return out;
-  const Activations a = quantize_rows(x.data_ptr<float>(), rows, k, bits == 8 && kUnsignedRows);
-  const uint8_t* pw = packed.data_ptr<uint8_t>();
-  float* po = out.data_ptr<float>();
-  const int64_t tile_bytes = blocks * packed.size(2);
+template <class F>
+void multiply_all(const Activations& a, const uint8_t* pw, int64_t rows, int64_t k, int64_t tiles, int64_t blocks,
+                  int64_t tile_bytes, float* po, int64_t n) {
   constexpr int64_t kPrefetchTiles = 2;  // how far ahead the weights are fetched (measured best here)
   at::parallel_for(0, tiles, 4, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const uint8_t* tile = pw + t * tile_bytes;
       const uint8_t* ahead = t + kPrefetchTiles < end ? tile + kPrefetchTiles * tile_bytes : nullptr;
-      if (bits == 4) tile_all_rows<4>(tile, blocks, a, k, 0, rows, po, n, t * kTile, ahead);
-      else tile_all_rows<8>(tile, blocks, a, k, 0, rows, po, n, t * kTile, ahead);
+      tile_all_rows<F>(tile, blocks, a, k, 0, rows, po, n, t * kTile, ahead);
     }
+  });
+}
+
+}  // namespace
+
+// x: [M, K] float32; packed: [N/16, units, unit bytes] uint8 (see the header) -> [M, N] float32.
+torch::Tensor quant_linear(torch::Tensor x, torch::Tensor packed) {
+  TORCH_CHECK(x.dtype() == torch::kFloat32 && x.dim() == 2, "quant_linear wants float32 rows [M, K]");
+  const specdec::Format format = specdec::format_of(packed);
+  x = x.contiguous();
+  const int64_t rows = x.size(0), k = x.size(1), tiles = packed.size(0);
+  const int64_t blocks = packed.size(1) * specdec::blocks_per_unit(format);
+  TORCH_CHECK(blocks * kBlock == k, "quant_linear: input size does not match the packing");
+  const int64_t n = tiles * kTile;
+  auto out = torch::empty({rows, n}, x.options());
+  if (rows == 0) return out;
+  const Activations a = quantize_rows(x.data_ptr<float>(), rows, k, format == specdec::Format::kQ8 && kUnsignedRows);
+  const uint8_t* pw = packed.data_ptr<uint8_t>();
+  float* po = out.data_ptr<float>();
+  const int64_t tile_bytes = packed.size(1) * packed.size(2);
+  specdec::dispatch_format(format, [&](auto tag) {
+    using F = typename decltype(tag)::type;
+    multiply_all<F>(a, pw, rows, k, tiles, blocks, tile_bytes, po, n);
   });
   return out;
 }
 
 // codes: [N, K] uint8 (4-bit, values 0..15) or int8 (8-bit); scales: [N, K/32] and, for 4-bit,
-// offsets: [N, K/32], float32 holding float16 values -> the packed layout above.
+// offsets: [N, K/32], float32 holding float16 values -> the per-block 4-bit or the Q8_0 layout.
 torch::Tensor pack_quant_weights(torch::Tensor codes, torch::Tensor scales, c10::optional<torch::Tensor> offsets) {
   const bool four = codes.dtype() == torch::kUInt8;
   TORCH_CHECK((four || codes.dtype() == torch::kInt8) && codes.dim() == 2, "pack: codes [N, K] uint8 or int8");
@@ -297,40 +455,20 @@ torch::Tensor pack_quant_weights(torch::Tensor codes, torch::Tensor scales, c10:
   codes = codes.contiguous();
   const int64_t n = codes.size(0), k = codes.size(1);
   TORCH_CHECK(n % kTile == 0 && k % kBlock == 0, "pack: N must be a multiple of 16 and K of 32");
-  const int64_t tiles = n / kTile, blocks = k / kBlock, bytes = four ? kBlockBytes<4> : kBlockBytes<8>;
-  auto packed = torch::zeros({tiles, blocks, bytes}, torch::kUInt8);
+  const int64_t blocks = k / kBlock;
   auto s16 = scales.to(torch::kHalf).contiguous();
   auto c16 = four ? offsets->to(torch::kHalf).contiguous() : s16;
   const uint8_t* pc = reinterpret_cast<const uint8_t*>(codes.data_ptr());
   const c10::Half* ps = s16.data_ptr<c10::Half>();
   const c10::Half* pm = c16.data_ptr<c10::Half>();
-  uint8_t* out = packed.data_ptr<uint8_t>();
-  for (int64_t t = 0; t < tiles; ++t)
+  specdec::RowSource source = [&](int64_t row, specdec::DecodedRow& out) {
+    for (int64_t i = 0; i < k; ++i) out.codes[i] = pc[row * k + i];
     for (int64_t b = 0; b < blocks; ++b) {
-      uint8_t* blk = out + (t * blocks + b) * bytes;
-      const int64_t sc_at = four ? 256 : 512;
-      c10::Half* sc = reinterpret_cast<c10::Half*>(blk + sc_at);
-      for (int lane = 0; lane < kTile; ++lane) {
-        const int64_t row = t * kTile + lane;
-        const uint8_t* q = pc + row * k + b * kBlock;
-        sc[lane] = ps[row * blocks + b];
-        if (four) {
-          sc[kTile + lane] = pm[row * blocks + b];
-          for (int j = 0; j < 4; ++j)
-            for (int i = 0; i < 4; ++i)
-              blk[j * 64 + lane * 4 + i] = static_cast<uint8_t>((q[4 * j + i] & 0x0F) | (q[16 + 4 * j + i] << 4));
-        } else {
-          int32_t total = 0;
-          for (int i = 0; i < kBlock; ++i) {
-            blk[(i / 4) * 64 + lane * 4 + i % 4] = q[i];
-            total += static_cast<int8_t>(q[i]);
-          }
-          const int32_t correction = 128 * total;
-          std::memcpy(blk + sc_at + 32 + 4 * lane, &correction, 4);
-        }
-      }
+      out.scale[b] = ps[row * blocks + b];
+      out.offset[b] = pm[row * blocks + b];
     }
-  return packed;
+  };
+  return specdec::pack_rows(four ? specdec::Format::kBlock4 : specdec::Format::kQ8, n, k, source);
 }
 
 std::string quant_linear_path() {

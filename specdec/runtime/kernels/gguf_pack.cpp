@@ -1,0 +1,303 @@
+// GGUF's quantized blocks, read as they are stored, into the kernels' packed formats — exactly: the
+// weights the kernel multiplies by are the file's (w = s * u + c with s and c exact in float32, see
+// quant_gemm.cpp), and `dequantize_packed` gives them back as gguf's dequantization computes them.
+//
+// Block layouts follow ggml's (ggml-common.h): each decoder below turns one row of a tensor into a
+// DecodedRow (codes, and per-block or super-block scales). Offsets that are a multiple of a scale
+// (Q4_0's -8d, Q5_0's -16d, Q3_K's -4 d sc, Q6_K's -32 d sc) are checked to be exact in float16.
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <c10/util/Half.h>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+#include "quant_formats.h"
+
+namespace {
+
+using specdec::DecodedRow;
+using specdec::Format;
+using specdec::kBlock;
+
+inline c10::Half half_at(const uint8_t* p) {
+  uint16_t bits;
+  std::memcpy(&bits, p, 2);
+  return c10::Half(bits, c10::Half::from_bits());
+}
+
+// `scale` times a power of two, which must stay exact in float16 (it does unless it overflows).
+inline c10::Half scaled_half(c10::Half scale, float factor, bool& inexact) {
+  const float value = static_cast<float>(scale) * factor;
+  const c10::Half result(value);
+  if (static_cast<float>(result) != value) inexact = true;
+  return result;
+}
+
+// K-quants' 6-bit scale and min of sub-block j (ggml's get_scale_min_k4).
+inline void scale_min_k4(int j, const uint8_t* q, int& scale, int& min) {
+  if (j < 4) {
+    scale = q[j] & 63;
+    min = q[j + 4] & 63;
+  } else {
+    scale = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    min = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+enum class Kind { kBlock, kSuper, kQ8 };
+
+struct GgufType {
+  const char* name;
+  int64_t block_inputs;  // inputs per GGUF block
+  int64_t block_bytes;
+  Kind kind;
+  // decodes one GGUF block (of block_inputs inputs) at `src` into `row`, its first input at `at`
+  void (*decode)(const uint8_t* src, int64_t at, DecodedRow& row, bool& inexact);
+};
+
+void decode_q4_0(const uint8_t* s, int64_t at, DecodedRow& row, bool& inexact) {
+  const c10::Half d = half_at(s);
+  for (int i = 0; i < 16; ++i) {
+    row.codes[at + i] = s[2 + i] & 0x0F;
+    row.codes[at + 16 + i] = s[2 + i] >> 4;
+  }
+  row.scale[at / kBlock] = d;
+  row.offset[at / kBlock] = scaled_half(d, -8.f, inexact);
+}
+
+void decode_q4_1(const uint8_t* s, int64_t at, DecodedRow& row, bool&) {
+  for (int i = 0; i < 16; ++i) {
+    row.codes[at + i] = s[4 + i] & 0x0F;
+    row.codes[at + 16 + i] = s[4 + i] >> 4;
+  }
+  row.scale[at / kBlock] = half_at(s);
+  row.offset[at / kBlock] = half_at(s + 2);
+}
+
+void five_bit_codes(const uint8_t* qh_bytes, const uint8_t* qs, int64_t at, DecodedRow& row) {
+  uint32_t qh;
+  std::memcpy(&qh, qh_bytes, 4);
+  for (int j = 0; j < 16; ++j) {
+    row.codes[at + j] = (qs[j] & 0x0F) | (((qh >> j) << 4) & 0x10);
+    row.codes[at + 16 + j] = (qs[j] >> 4) | ((qh >> (j + 12)) & 0x10);
+  }
+}
+
+void decode_q5_0(const uint8_t* s, int64_t at, DecodedRow& row, bool& inexact) {
+  five_bit_codes(s + 2, s + 6, at, row);
+  const c10::Half d = half_at(s);
+  row.scale[at / kBlock] = d;
+  row.offset[at / kBlock] = scaled_half(d, -16.f, inexact);
+}
+
+void decode_q5_1(const uint8_t* s, int64_t at, DecodedRow& row, bool&) {
+  five_bit_codes(s + 4, s + 8, at, row);
+  row.scale[at / kBlock] = half_at(s);
+  row.offset[at / kBlock] = half_at(s + 2);
+}
+
+void decode_q8_0(const uint8_t* s, int64_t at, DecodedRow& row, bool&) {
+  std::memcpy(row.codes.data() + at, s + 2, 32);
+  row.scale[at / kBlock] = half_at(s);
+}
+
+void decode_q2_k(const uint8_t* s, int64_t at, DecodedRow& row, bool& inexact) {
+  const uint8_t* scales = s;
+  const uint8_t* qs = s + 16;
+  for (int e = 0; e < 256; ++e) {
+    const int c = e / 128, j = (e % 128) / 32, half = (e % 32) / 16, l = e % 16;
+    row.codes[at + e] = (qs[c * 32 + half * 16 + l] >> (2 * j)) & 3;
+  }
+  for (int g = 0; g < 16; ++g) {
+    row.sc[at / 16 + g] = static_cast<int8_t>(scales[g] & 0x0F);
+    row.mn[at / 16 + g] = static_cast<int8_t>(scales[g] >> 4);
+  }
+  row.d[at / 256] = half_at(s + 80);
+  row.m[at / 256] = scaled_half(half_at(s + 82), -1.f, inexact);
+}
+
+void decode_q3_k(const uint8_t* s, int64_t at, DecodedRow& row, bool& inexact) {
+  const uint8_t* hmask = s;
+  const uint8_t* qs = s + 32;
+  for (int e = 0; e < 256; ++e) {
+    const int c = e / 128, j = (e % 128) / 32, half = (e % 32) / 16, l = e % 16;
+    const int low = (qs[c * 32 + half * 16 + l] >> (2 * j)) & 3;
+    const int high = (hmask[half * 16 + l] >> (c * 4 + j)) & 1;
+    row.codes[at + e] = static_cast<uint8_t>(low + 4 * high);  // q + 4, q = low - 4 (1 - high)
+  }
+  uint32_t aux[4];
+  std::memcpy(aux, s + 96, 12);
+  const uint32_t kmask1 = 0x03030303, kmask2 = 0x0f0f0f0f, tmp = aux[2];
+  aux[2] = ((aux[0] >> 4) & kmask2) | (((tmp >> 4) & kmask1) << 4);
+  aux[3] = ((aux[1] >> 4) & kmask2) | (((tmp >> 6) & kmask1) << 4);
+  aux[0] = (aux[0] & kmask2) | (((tmp >> 0) & kmask1) << 4);
+  aux[1] = (aux[1] & kmask2) | (((tmp >> 2) & kmask1) << 4);
+  const uint8_t* six = reinterpret_cast<const uint8_t*>(aux);
+  for (int g = 0; g < 16; ++g) row.sc[at / 16 + g] = row.mn[at / 16 + g] = static_cast<int8_t>(six[g] - 32);
+  const c10::Half d = half_at(s + 108);
+  row.d[at / 256] = d;
+  row.m[at / 256] = scaled_half(d, -4.f, inexact);
+}
+
+void k4_scales(const uint8_t* s, int64_t at, DecodedRow& row, bool& inexact) {
+  for (int j = 0; j < 8; ++j) {
+    int scale, min;
+    scale_min_k4(j, s + 4, scale, min);
+    row.sc[at / 16 + 2 * j] = row.sc[at / 16 + 2 * j + 1] = static_cast<int8_t>(scale);
+    row.mn[at / 16 + 2 * j] = row.mn[at / 16 + 2 * j + 1] = static_cast<int8_t>(min);
+  }
+  row.d[at / 256] = half_at(s);
+  row.m[at / 256] = scaled_half(half_at(s + 2), -1.f, inexact);
+}
+
+void decode_q4_k(const uint8_t* s, int64_t at, DecodedRow& row, bool& inexact) {
+  const uint8_t* qs = s + 16;
+  for (int b = 0; b < 8; ++b)
+    for (int l = 0; l < 32; ++l) {
+      const uint8_t byte = qs[(b / 2) * 32 + l];
+      row.codes[at + b * 32 + l] = b % 2 ? byte >> 4 : byte & 0x0F;
+    }
+  k4_scales(s, at, row, inexact);
+}
+
+void decode_q5_k(const uint8_t* s, int64_t at, DecodedRow& row, bool& inexact) {
+  const uint8_t* qh = s + 16;
+  const uint8_t* qs = s + 48;
+  for (int b = 0; b < 8; ++b)
+    for (int l = 0; l < 32; ++l) {
+      const uint8_t byte = qs[(b / 2) * 32 + l];
+      const int low = b % 2 ? byte >> 4 : byte & 0x0F;
+      row.codes[at + b * 32 + l] = static_cast<uint8_t>(low + 16 * ((qh[l] >> b) & 1));
+    }
+  k4_scales(s, at, row, inexact);
+}
+
+void decode_q6_k(const uint8_t* s, int64_t at, DecodedRow& row, bool& inexact) {
+  const uint8_t* ql = s;
+  const uint8_t* qh = s + 128;
+  const int8_t* scales = reinterpret_cast<const int8_t*>(s + 192);
+  for (int e = 0; e < 256; ++e) {
+    const int n = e / 128, k = (e % 128) / 32, l = e % 32;
+    const uint8_t byte = ql[n * 64 + (k % 2) * 32 + l];
+    const int low = k < 2 ? byte & 0x0F : byte >> 4;
+    const int high = (qh[n * 32 + l] >> (2 * k)) & 3;
+    row.codes[at + e] = static_cast<uint8_t>(low | (high << 4));  // q + 32
+  }
+  for (int g = 0; g < 16; ++g) row.sc[at / 16 + g] = row.mn[at / 16 + g] = scales[g];
+  const c10::Half d = half_at(s + 208);
+  row.d[at / 256] = d;
+  row.m[at / 256] = scaled_half(d, -32.f, inexact);
+}
+
+const GgufType kTypes[] = {
+    {"Q4_0", 32, 18, Kind::kBlock, decode_q4_0}, {"Q4_1", 32, 20, Kind::kBlock, decode_q4_1},
+    {"Q5_0", 32, 22, Kind::kBlock, decode_q5_0}, {"Q5_1", 32, 24, Kind::kBlock, decode_q5_1},
+    {"Q8_0", 32, 34, Kind::kQ8, decode_q8_0},    {"Q2_K", 256, 84, Kind::kSuper, decode_q2_k},
+    {"Q3_K", 256, 110, Kind::kSuper, decode_q3_k}, {"Q4_K", 256, 144, Kind::kSuper, decode_q4_k},
+    {"Q5_K", 256, 176, Kind::kSuper, decode_q5_k}, {"Q6_K", 256, 210, Kind::kSuper, decode_q6_k},
+};
+
+const GgufType& gguf_type(const std::string& name) {
+  for (const GgufType& type : kTypes)
+    if (name == type.name) return type;
+  TORCH_CHECK(false, "pack_gguf: no packing for GGUF type ", name);
+}
+
+Kind kind_of(Format format) {
+  if (format == Format::kQ8) return Kind::kQ8;
+  return specdec::is_super(format) ? Kind::kSuper : Kind::kBlock;
+}
+
+}  // namespace
+
+// Packs tensors stacked along their outputs (a fused q/k/v or gate/up, or one tensor) into one
+// packed weight of `format` (quant_formats.h). raws[i]: [rows_i, bytes per row] uint8, the GGUF
+// tensor's blocks as stored; types[i]: its GGUF type name; orders[i]: [rows_i] int64, which stored
+// row becomes output row r of the part (an un-permutation), or empty for the stored order.
+torch::Tensor pack_gguf(const std::vector<torch::Tensor>& raws, const std::vector<std::string>& types,
+                        const std::vector<torch::Tensor>& orders, int64_t format_id) {
+  TORCH_CHECK(!raws.empty() && raws.size() == types.size() && raws.size() == orders.size(),
+              "pack_gguf: one type and one order per tensor");
+  TORCH_CHECK(format_id >= 0 && format_id <= static_cast<int64_t>(Format::kQ8), "pack_gguf: unknown format ", format_id);
+  const Format format = static_cast<Format>(format_id);
+  std::vector<const GgufType*> kinds;
+  std::vector<int64_t> starts{0};
+  std::vector<torch::Tensor> order_list;
+  int64_t k = -1;
+  for (size_t p = 0; p < raws.size(); ++p) {
+    const GgufType& type = gguf_type(types[p]);
+    TORCH_CHECK(type.kind == kind_of(format), "pack_gguf: ", types[p], " does not go into format ", format_id);
+    TORCH_CHECK(raws[p].dtype() == torch::kUInt8 && raws[p].dim() == 2 && raws[p].is_contiguous(),
+                "pack_gguf: raw blocks [rows, bytes] uint8, contiguous");
+    TORCH_CHECK(raws[p].size(1) % type.block_bytes == 0, "pack_gguf: a row of ", types[p], " is whole blocks");
+    const int64_t inputs = raws[p].size(1) / type.block_bytes * type.block_inputs;
+    TORCH_CHECK(k < 0 || inputs == k, "pack_gguf: the fused tensors have different input sizes");
+    k = inputs;
+    const torch::Tensor order = orders[p].numel() ? orders[p].to(torch::kLong).contiguous() : orders[p];
+    TORCH_CHECK(!order.numel() || order.numel() == raws[p].size(0), "pack_gguf: an order per row");
+    kinds.push_back(&type);
+    order_list.push_back(order);
+    starts.push_back(starts.back() + raws[p].size(0));
+  }
+  std::atomic<bool> inexact{false};
+  specdec::RowSource source = [&](int64_t row, DecodedRow& out) {
+    size_t p = 0;
+    while (row >= starts[p + 1]) ++p;
+    int64_t stored = row - starts[p];
+    if (order_list[p].numel()) stored = order_list[p].data_ptr<int64_t>()[stored];
+    TORCH_CHECK(stored >= 0 && stored < raws[p].size(0), "pack_gguf: an order names a row that is not there");
+    const GgufType& type = *kinds[p];
+    const uint8_t* src = raws[p].data_ptr<uint8_t>() + stored * raws[p].size(1);
+    bool local = false;
+    for (int64_t at = 0; at < k; at += type.block_inputs) type.decode(src + at / type.block_inputs * type.block_bytes, at, out, local);
+    if (local) inexact = true;
+  };
+  torch::Tensor packed = specdec::pack_rows(format, starts.back(), k, source);
+  TORCH_CHECK(!inexact, "pack_gguf: a scaled offset does not fit float16 exactly (an overflowing block scale)");
+  return packed;
+}
+
+// The weights of a packed tensor, rows `rows` ([R] int64; every output when empty), as float32
+// [R, K]: w = s * u + c (or s * q) computed exactly and rounded once — what gguf's dequantization
+// computes from the same blocks. Also the embedding lookup of a quantized token table.
+torch::Tensor dequantize_packed(torch::Tensor packed, torch::Tensor rows) {
+  const Format format = specdec::format_of(packed);
+  const int64_t n = packed.size(0) * specdec::kTile;
+  const int64_t blocks = packed.size(1) * specdec::blocks_per_unit(format), k = blocks * kBlock;
+  const int64_t tile_bytes = packed.size(1) * packed.size(2);
+  rows = rows.numel() ? rows.to(torch::kLong).contiguous() : torch::arange(n, torch::kLong);
+  const int64_t* index = rows.data_ptr<int64_t>();
+  for (int64_t i = 0; i < rows.numel(); ++i) TORCH_CHECK(index[i] >= 0 && index[i] < n, "dequantize_packed: row ", index[i], " is not there");
+  auto out = torch::empty({rows.numel(), k}, torch::kFloat32);
+  float* po = out.data_ptr<float>();
+  const uint8_t* base = packed.data_ptr<uint8_t>();
+  at::parallel_for(0, rows.numel(), 16, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t row = index[i];
+      const int lane = static_cast<int>(row % specdec::kTile);
+      const uint8_t* tile = base + (row / specdec::kTile) * tile_bytes;
+      float* w = po + i * k;
+      specdec::dispatch_format(format, [&](auto tag) {
+        using F = typename decltype(tag)::type;
+        for (int64_t b = 0; b < blocks; ++b) {
+          if constexpr (std::is_void_v<F>) {
+            const uint8_t* blk = tile + b * specdec::kQ8UnitBytes;
+            const double s = static_cast<float>(reinterpret_cast<const c10::Half*>(blk + 512)[lane]);
+            for (int j = 0; j < kBlock; ++j)
+              w[b * kBlock + j] = static_cast<float>(s * static_cast<int8_t>(blk[(j / 4) * 64 + lane * 4 + j % 4]));
+          } else {
+            const uint8_t* blk = specdec::block_of<F>(tile, b);
+            float s[2], c[2];
+            specdec::affine_params<F>(tile, b, lane, s, c);
+            for (int j = 0; j < kBlock; ++j)
+              w[b * kBlock + j] = static_cast<float>(static_cast<double>(s[j / 16]) * specdec::affine_code<F::kBits>(blk, lane, j) +
+                                                     static_cast<double>(c[j / 16]));
+          }
+        }
+      });
+    }
+  });
+  return out;
+}

@@ -1,0 +1,213 @@
+// The packed weight formats of quant_gemm.cpp (its header describes the layout), what reads and
+// writes them one output at a time, and the format of a packed tensor from its shape. Shared by the
+// kernels (quant_gemm.cpp) and the packers (gguf_pack.cpp).
+#pragma once
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <c10/util/Half.h>
+#include <cstdint>
+#include <atomic>
+#include <cstring>
+#include <functional>
+#include <type_traits>
+#include <vector>
+
+namespace specdec {
+
+constexpr int kTile = 16;   // outputs per tile
+constexpr int kBlock = 32;  // inputs per block
+constexpr int kSuperBlocks = 8;  // blocks per super-block (256 inputs, as K-quants)
+constexpr int64_t kQ8UnitBytes = 512 + 32 + 64;
+
+// Format ids, shared with Python (runtime/quant.py FORMATS).
+enum class Format : int {
+  kBlock4 = 0,    // 4-bit codes, float16 scale and offset per block (Q4_0, Q4_1)
+  kBlock8 = 1,    // 8-bit codes, float16 scale and offset per block (Q5_0, Q5_1)
+  kSuper4G32 = 2, // 4-bit codes, super-block d and m, int8 sc and mn per 32 (Q4_K)
+  kSuper4G16 = 3, // 4-bit codes, per 16 (Q2_K, Q3_K)
+  kSuper8G32 = 4, // 8-bit codes, per 32 (Q5_K)
+  kSuper8G16 = 5, // 8-bit codes, per 16 (Q6_K)
+  kQ8 = 6,        // signed 8-bit codes, float16 scale per block (Q8_0)
+};
+
+template <int BITS, int GROUP, bool SUPER>
+struct Affine {
+  static constexpr int kBits = BITS;
+  static constexpr int kHalves = 32 / GROUP;  // scale groups per block
+  static constexpr bool kSuper = SUPER;
+  static constexpr int64_t kCodeBytes = 64 * BITS;
+  static constexpr int64_t kBlockBytes = kCodeBytes + (SUPER ? 32 * kHalves : 64);
+  static constexpr int64_t kUnitBytes = SUPER ? 64 + kSuperBlocks * kBlockBytes : kBlockBytes;
+};
+using Block4 = Affine<4, 32, false>;
+using Block8 = Affine<8, 32, false>;
+using Super4G32 = Affine<4, 32, true>;
+using Super4G16 = Affine<4, 16, true>;
+using Super8G32 = Affine<8, 32, true>;
+using Super8G16 = Affine<8, 16, true>;
+
+template <class T>
+struct Tag {
+  using type = T;
+};
+
+// f(Tag<F>{}) with F the format's Affine type, or void for Q8_0.
+template <class Fn>
+void dispatch_format(Format format, Fn&& f) {
+  switch (format) {
+    case Format::kBlock4: f(Tag<Block4>{}); break;
+    case Format::kBlock8: f(Tag<Block8>{}); break;
+    case Format::kSuper4G32: f(Tag<Super4G32>{}); break;
+    case Format::kSuper4G16: f(Tag<Super4G16>{}); break;
+    case Format::kSuper8G32: f(Tag<Super8G32>{}); break;
+    case Format::kSuper8G16: f(Tag<Super8G16>{}); break;
+    case Format::kQ8: f(Tag<void>{}); break;
+  }
+}
+
+template <class F>
+constexpr int64_t unit_bytes() {
+  if constexpr (std::is_void_v<F>) return kQ8UnitBytes;
+  else return F::kUnitBytes;
+}
+
+inline int64_t unit_bytes(Format format) {
+  int64_t bytes = 0;
+  dispatch_format(format, [&](auto tag) { bytes = unit_bytes<typename decltype(tag)::type>(); });
+  return bytes;
+}
+
+inline bool is_super(Format format) {
+  return format != Format::kBlock4 && format != Format::kBlock8 && format != Format::kQ8;
+}
+
+inline int64_t blocks_per_unit(Format format) { return is_super(format) ? kSuperBlocks : 1; }
+
+// The format of a packed tensor [N/16, units, unit bytes]: the unit size names it.
+inline Format format_of(const torch::Tensor& packed) {
+  TORCH_CHECK(packed.dtype() == torch::kUInt8 && packed.dim() == 3 && packed.is_contiguous(), "quant_linear: bad packing");
+  for (int id = 0; id <= static_cast<int>(Format::kQ8); ++id)
+    if (unit_bytes(static_cast<Format>(id)) == packed.size(2)) return static_cast<Format>(id);
+  TORCH_CHECK(false, "quant_linear: bad packing (unit of ", packed.size(2), " bytes)");
+}
+
+template <class F>
+inline const uint8_t* block_of(const uint8_t* tile, int64_t b) {
+  if constexpr (F::kSuper) return tile + (b / kSuperBlocks) * F::kUnitBytes + 64 + (b % kSuperBlocks) * F::kBlockBytes;
+  else return tile + b * F::kBlockBytes;
+}
+
+// Code of output `lane`, input i (0..31) of a block.
+template <int BITS>
+inline int affine_code(const uint8_t* blk, int lane, int i) {
+  if constexpr (BITS == 4) {
+    const int byte = blk[((i % 16) / 4) * 64 + lane * 4 + i % 4];
+    return i < 16 ? byte & 0x0F : byte >> 4;
+  } else {
+    return blk[(i / 4) * 64 + lane * 4 + i % 4];
+  }
+}
+
+// Scales and offsets of output `lane` in block b (groups h = 0, 1; with one group per block both
+// entries are that group's), exact in float32.
+template <class F>
+inline void affine_params(const uint8_t* tile, int64_t b, int lane, float* s, float* c) {
+  const uint8_t* params = block_of<F>(tile, b) + F::kCodeBytes;
+  if constexpr (F::kSuper) {
+    const c10::Half* header = reinterpret_cast<const c10::Half*>(tile + (b / kSuperBlocks) * F::kUnitBytes);
+    const float d = static_cast<float>(header[lane]), m = static_cast<float>(header[kTile + lane]);
+    for (int h = 0; h < 2; ++h) {
+      const int g = F::kHalves == 2 ? h : 0;
+      s[h] = d * static_cast<float>(static_cast<int8_t>(params[32 * g + lane]));
+      c[h] = m * static_cast<float>(static_cast<int8_t>(params[32 * g + 16 + lane]));
+    }
+  } else {
+    const c10::Half* half = reinterpret_cast<const c10::Half*>(params);
+    s[0] = s[1] = static_cast<float>(half[lane]);
+    c[0] = c[1] = static_cast<float>(half[kTile + lane]);
+  }
+}
+
+// One output row in a format-neutral form, what a packer writes from.
+struct DecodedRow {
+  std::vector<uint8_t> codes;     // [K]: unsigned codes, or Q8_0's int8 codes as bytes
+  std::vector<c10::Half> scale;   // [K/32] per-block scale (per-block formats and Q8_0)
+  std::vector<c10::Half> offset;  // [K/32] per-block offset (per-block formats)
+  std::vector<c10::Half> d, m;    // [K/256] super-block scales (super-block formats)
+  std::vector<int8_t> sc, mn;     // [K/16] group multipliers of d and m (super-block formats)
+  explicit DecodedRow(int64_t k)
+      : codes(k), scale(k / kBlock), offset(k / kBlock), d(k / 256 + 1), m(k / 256 + 1), sc(k / 16), mn(k / 16) {}
+};
+using RowSource = std::function<void(int64_t row, DecodedRow& out)>;
+
+// Packs N rows of K inputs, each given by `source`, into `format`; tiles in parallel.
+inline torch::Tensor pack_rows(Format format, int64_t n, int64_t k, const RowSource& source) {
+  TORCH_CHECK(n % kTile == 0 && k % kBlock == 0, "pack: N must be a multiple of 16 and K of 32");
+  const int64_t per_unit = blocks_per_unit(format) * kBlock;
+  TORCH_CHECK(k % per_unit == 0, "pack: K must be a multiple of ", per_unit, " for this format");
+  const int64_t tiles = n / kTile, units = k / per_unit, bytes = unit_bytes(format), blocks = k / kBlock;
+  auto packed = torch::zeros({tiles, units, bytes}, torch::kUInt8);
+  uint8_t* base = packed.data_ptr<uint8_t>();
+  std::atomic<bool> uneven{false}, too_large{false};
+  at::parallel_for(0, tiles, 1, [&](int64_t begin, int64_t end) {
+    std::vector<DecodedRow> rows(kTile, DecodedRow(k));
+    for (int64_t t = begin; t < end; ++t) {
+      for (int lane = 0; lane < kTile; ++lane) source(t * kTile + lane, rows[lane]);
+      uint8_t* tile = base + t * units * bytes;
+      dispatch_format(format, [&](auto tag) {
+        using F = typename decltype(tag)::type;
+        for (int64_t b = 0; b < blocks; ++b) {
+          uint8_t* blk;
+          if constexpr (std::is_void_v<F>) blk = tile + b * kQ8UnitBytes;
+          else blk = const_cast<uint8_t*>(block_of<F>(tile, b));
+          for (int lane = 0; lane < kTile; ++lane) {
+            const DecodedRow& row = rows[lane];
+            const uint8_t* q = row.codes.data() + b * kBlock;
+            if constexpr (std::is_void_v<F>) {
+              int32_t total = 0;
+              for (int i = 0; i < kBlock; ++i) {
+                blk[(i / 4) * 64 + lane * 4 + i % 4] = q[i];
+                total += static_cast<int8_t>(q[i]);
+              }
+              reinterpret_cast<c10::Half*>(blk + 512)[lane] = row.scale[b];
+              const int32_t correction = 128 * total;
+              std::memcpy(blk + 512 + 32 + 4 * lane, &correction, 4);
+            } else {
+              for (int i = 0; i < kBlock; ++i) {
+                if (q[i] > (F::kBits == 4 ? 15 : 127)) too_large = true;
+                if constexpr (F::kBits == 4) {
+                  const int at = ((i % 16) / 4) * 64 + lane * 4 + i % 4;
+                  blk[at] |= static_cast<uint8_t>(i < 16 ? q[i] & 0x0F : q[i] << 4);
+                } else {
+                  blk[(i / 4) * 64 + lane * 4 + i % 4] = q[i];
+                }
+              }
+              uint8_t* params = blk + F::kCodeBytes;
+              if constexpr (F::kSuper) {
+                if (b % kSuperBlocks == 0) {
+                  c10::Half* header = reinterpret_cast<c10::Half*>(tile + (b / kSuperBlocks) * F::kUnitBytes);
+                  header[lane] = row.d[b / kSuperBlocks];
+                  header[kTile + lane] = row.m[b / kSuperBlocks];
+                }
+                for (int g = 0; g < F::kHalves; ++g) {
+                  params[32 * g + lane] = static_cast<uint8_t>(row.sc[2 * b + g]);
+                  params[32 * g + 16 + lane] = static_cast<uint8_t>(row.mn[2 * b + g]);
+                }
+                if (F::kHalves == 1 && (row.sc[2 * b] != row.sc[2 * b + 1] || row.mn[2 * b] != row.mn[2 * b + 1]))
+                  uneven = true;
+              } else {
+                reinterpret_cast<c10::Half*>(params)[lane] = row.scale[b];
+                reinterpret_cast<c10::Half*>(params)[kTile + lane] = row.offset[b];
+              }
+            }
+          }
+        }
+      });
+    }
+  });
+  TORCH_CHECK(!too_large, "pack: a code exceeds the format's range (15 for 4-bit, 127 for 8-bit codes)");
+  TORCH_CHECK(!uneven, "pack: the weights have a scale per 16 inputs; this format holds one per 32");
+  return packed;
+}
+
+}  // namespace specdec
