@@ -53,10 +53,11 @@ def early_layers_draft(smollm, tmp_path_factory):
     from safetensors.torch import load_file, save_file
 
     folder = tmp_path_factory.mktemp("smollm-8-layers")
-    config = json.loads((smollm.folder / "config.json").read_text())
+    source = resolve_model_folder("smollm2-135m")  # the float weights, written once
+    config = json.loads((source / "config.json").read_text())
     config["num_hidden_layers"] = 8
     (folder / "config.json").write_text(json.dumps(config))
-    weights = load_file(str(smollm.folder / "model.safetensors"))
+    weights = load_file(str(source / "model.safetensors"))
     kept = {k: v for k, v in weights.items() if not k.startswith("model.layers.") or int(k.split(".")[2]) < 8}
     save_file(kept, str(folder / "model.safetensors"))
     for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
@@ -81,8 +82,7 @@ def test_gguf_conversion_equals_transformers_gguf_loader(smollm_float32):
     from transformers import AutoModelForCausalLM
 
     smollm = smollm_float32
-    folder = resolve_model_folder("smollm2-135m")
-    assert folder == smollm.folder
+    assert resolve_model_folder("smollm2-135m") == smollm.folder
     gguf_path = builtin_gguf_path("smollm2-135m")
     ref_model = AutoModelForCausalLM.from_pretrained(
         str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32
@@ -110,13 +110,14 @@ def test_tokenizer_and_chat_template_equal_transformers(smollm):
     assert smollm.eos_token_ids == [2]  # <|im_end|>
 
 
-def test_second_load_reads_the_cache_without_converting(monkeypatch):
+def test_second_load_reads_the_cache_without_converting(smollm, monkeypatch):
     def fail(*args):
         raise AssertionError("converted again")
 
-    monkeypatch.setattr(gguf_convert, "_convert", fail)
-    model = load_model("smollm2-135m")
-    assert (model.folder / "model.safetensors").exists()
+    monkeypatch.setattr(gguf_convert, "_convert_tokenizer", fail)
+    monkeypatch.setattr(gguf_convert, "_convert_weights", fail)
+    assert load_model("smollm2-135m").folder == smollm.folder
+    assert load_model("smollm2-135m", weights="float32").folder == smollm.folder  # float weights written once
 
 
 @pytest.mark.parametrize("prompt", PROMPTS, ids=[p[:20] for p in PROMPTS])

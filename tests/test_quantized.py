@@ -1,10 +1,9 @@
 """Quantized weights run as stored, and batch invariance: greedy speculation exact by construction.
 
-- GGUF blocks: the 4-bit and 8-bit codes read from the default model's Q4_1 and Q8_0 tensors give
-  gguf's own dequantization bit for bit (query rows un-permuted into the Hugging Face order); a wrong offset (m + 8d, the zero point of codes centred
-  on 8, instead of Q4_1's m) does not.
-- Layers: the kernel's packed layout gives back the codes, scales and offsets exactly; on random
-  rows each output equals the stated recipe (rows quantized to 8 bits per block of 32, exact
+- GGUF blocks: the default model's Q4_1 and Q8_0 tensors, packed as stored, give back gguf's own
+  dequantization bit for bit (query rows un-permuted into the Hugging Face order); the same blocks
+  packed as another type do not (test_gguf_types.py does every type on random blocks).
+- Layers: on random rows each output equals the stated recipe (rows quantized to 8 bits per block of 32, exact
   integer dots, float32 combination) computed in float64 within float32 round-off (1e-5 relative
   to Σ|x̂||w|), and the float32 product with the exact weights within the rows' quantization error
   (Σ over blocks of d/2 · Σ|w|, plus that round-off).
@@ -35,8 +34,8 @@ import torch
 from specdec.runtime import load_model
 from specdec.runtime.llama import Segment
 from specdec.runtime.loading import builtin_gguf_path
-from specdec.runtime.weight_formats import _gguf_source
-from specdec.runtime.quant import GROUP, Int4Codes, QuantizedLinear, unpack_codes
+from specdec.runtime.gguf_model import GgufTensors
+from specdec.runtime.quant import GROUP, QuantizedLinear, pack_gguf_tensors, quantize_int4, quantize_int8
 from specdec.tree import TokenTree, tree_inputs
 
 pytestmark = pytest.mark.model
@@ -45,87 +44,97 @@ MAX_K = 17
 
 
 @pytest.fixture(scope="module")
-def gguf_source():
-    return _gguf_source(builtin_gguf_path("smollm2-135m"))
+def gguf_tensors():
+    return GgufTensors(builtin_gguf_path("smollm2-135m"))
 
 
-@pytest.fixture(scope="module")
-def gguf_tensors(gguf_source):
-    return gguf_source.tensors
-
-
-@pytest.fixture(scope="module")
-def codes_of(gguf_source):
-    return lambda name: gguf_source.codes(gguf_source.tensors[name])  # rows in the Hugging Face layout
-
-
-def _dequantized(tensor) -> torch.Tensor:
+def _dequantized(tensors, name: str) -> torch.Tensor:
     import gguf
 
-    return torch.from_numpy(gguf.quants.dequantize(tensor.data, tensor.tensor_type).astype(np.float32))
+    return torch.from_numpy(gguf.quants.dequantize(tensors.raw(name).numpy(), tensors.by_name[name].tensor_type)
+                            .astype(np.float32))
+
+
+def _layer(tensors, name: str, order=None, layout=None) -> QuantizedLinear:
+    kind = tensors.type_of(name)
+    layout = layout or kind
+    return QuantizedLinear.from_packed(pack_gguf_tensors([tensors.raw(name)], [kind], [order], layout), layout)
 
 
 @pytest.mark.parametrize("name", ["blk.3.ffn_down.weight", "blk.0.attn_v.weight", "token_embd.weight"])
-def test_gguf_codes_reproduce_the_dequantized_weights(gguf_tensors, codes_of, name):
-    tensor = gguf_tensors[name]
-    assert tensor.tensor_type.name in ("Q4_1", "Q8_0")
-    assert torch.equal(codes_of(name).dequantize(), _dequantized(tensor))
+def test_gguf_blocks_reproduce_the_dequantized_weights(gguf_tensors, name):
+    assert gguf_tensors.type_of(name) in ("Q4_1", "Q8_0")
+    assert torch.equal(_layer(gguf_tensors, name).dequantized_weight(), _dequantized(gguf_tensors, name))
 
 
-def test_query_rows_come_back_in_the_hugging_face_order(gguf_source, gguf_tensors, codes_of):
-    """GGUF stores Q's rows permuted for its RoPE layout; the codes are the dequantized rows un-permuted."""
+def test_query_rows_come_back_in_the_hugging_face_order(gguf_tensors):
+    """GGUF stores Q's rows permuted for its RoPE layout; the layer's rows are the dequantized rows un-permuted."""
     from specdec.runtime.gguf_convert import unpermute_qk
 
-    rows = _dequantized(gguf_tensors["blk.0.attn_q.weight"])
-    order = unpermute_qk(np.arange(rows.shape[0]), gguf_source.heads)
-    assert torch.equal(codes_of("blk.0.attn_q.weight").dequantize(), rows[order])
-    assert not torch.equal(codes_of("blk.0.attn_q.weight").dequantize(), rows)
+    name = "blk.0.attn_q.weight"
+    rows = _dequantized(gguf_tensors, name)
+    order = torch.from_numpy(unpermute_qk(np.arange(rows.shape[0]), 9).copy())
+    assert torch.equal(_layer(gguf_tensors, name, order).dequantized_weight(), rows[order])
+    assert not torch.equal(_layer(gguf_tensors, name, order).dequantized_weight(), rows)
 
 
-def test_a_wrong_offset_is_caught(gguf_tensors, codes_of):
-    tensor = gguf_tensors["blk.3.ffn_down.weight"]
-    codes = codes_of("blk.3.ffn_down.weight")
-    codes.offsets = codes.offsets + 8 * codes.scales  # the zero point of codes centred on 8, not Q4_1's m
-    assert not torch.equal(codes.dequantize(), _dequantized(tensor))
+def test_blocks_read_as_another_type_are_caught(gguf_tensors):
+    """Negative control: Q4_1 blocks (d, m, nibbles) read as Q4_0's (d, nibbles, offset −8d) are not the weights."""
+    name = "blk.3.ffn_down.weight"
+    raw = gguf_tensors.raw(name)
+    as_q4_0 = raw.reshape(raw.shape[0], -1, 20)[:, :, 2:].reshape(raw.shape[0], -1).contiguous()  # drop m
+    wrong = QuantizedLinear.from_packed(pack_gguf_tensors([as_q4_0], ["Q4_0"], [None], "Q4_0"), "Q4_0")
+    assert not torch.equal(wrong.dequantized_weight(), _dequantized(gguf_tensors, name))
 
 
-def recipe(x: torch.Tensor, codes) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The layer's stated arithmetic in float64: (output, the rows as quantized [M, K], the rows'
-    quantization error bound per output [M, N])."""
+def recipe(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The layer's stated arithmetic in float64 for rows x [M, K] and weights w [N, K]: (output, the
+    rows as quantized [M, K], the rows' quantization error bound per output [M, N])."""
     m, k = x.shape
     blocks = x.double().view(m, k // GROUP, GROUP)
     scale = blocks.abs().amax(-1) / 127  # [M, K/32]
     safe = torch.where(scale > 0, scale, torch.ones_like(scale))
     x_hat = ((blocks / safe[..., None]).round().clamp(-127, 127) * scale[..., None]).view(m, k)
-    w = codes.dequantize().double()  # [N, K]
+    w = w.double()  # [N, K]
     w_abs_per_block = w.abs().view(w.shape[0], k // GROUP, GROUP).sum(-1)  # [N, K/32]
     return x_hat @ w.T, x_hat, (scale / 2) @ w_abs_per_block.T
 
 
-@pytest.mark.parametrize("name", ["blk.3.ffn_down.weight", "token_embd.weight"])
-def test_quantized_layer_follows_its_recipe(codes_of, name):
-    codes = codes_of(name)
-    if name == "token_embd.weight":
-        codes = codes.rows(np.arange(2048))
-    layer = QuantizedLinear(codes)
-    assert layer.bits == (4 if isinstance(codes, Int4Codes) else 8)
-    unpacked = unpack_codes(layer.packed, layer.bits)
-    assert all(torch.equal(getattr(unpacked, f), getattr(codes, f)) for f in codes.__dataclass_fields__)
+def check_layer_recipe(layer: QuantizedLinear) -> None:
+    """Every output within float32 round-off (1e-5 relative to Σ|x̂||w|) of the recipe in float64, and
+    within the rows' quantization error of the exact product, which is visibly not skipped."""
+    w = layer.dequantized_weight()
     x = torch.randn(9, layer.in_features, generator=torch.Generator().manual_seed(0))
     got = layer(x).double()
-    want, x_hat, quantization = recipe(x, codes)
-    round_off = 1e-5 * (x_hat.abs() @ codes.dequantize().double().abs().T)
+    want, x_hat, quantization = recipe(x, w)
+    round_off = 1e-5 * (x_hat.abs() @ w.double().abs().T)
     assert ((got - want).abs() <= round_off).all()
-    exact = x.double() @ codes.dequantize().double().T
+    exact = x.double() @ w.double().T
     assert ((got - exact).abs() <= quantization + round_off).all()
     assert ((got - exact).abs() > round_off).any()  # the rows' quantization is visible, not skipped
+
+
+@pytest.mark.parametrize("name", ["blk.3.ffn_down.weight", "blk.0.attn_v.weight"])
+def test_quantized_layer_follows_its_recipe(gguf_tensors, name):
+    layer = _layer(gguf_tensors, name)
+    assert layer.bits == (4 if gguf_tensors.type_of(name) == "Q4_1" else 8)
+    check_layer_recipe(layer)
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_layers_quantized_from_float_follow_the_recipe(bits):
+    weight = torch.randn(64, 256, generator=torch.Generator().manual_seed(1))
+    codes = quantize_int4(weight) if bits == 4 else quantize_int8(weight)
+    layer = QuantizedLinear(codes)
+    assert torch.equal(layer.dequantized_weight(), codes.dequantize())
+    check_layer_recipe(layer)
 
 
 def test_int4_model_against_the_float32_model():
     text = ("The history of the printing press begins in the fifteenth century, when Johannes "
             "Gutenberg combined movable metal type, oil-based ink and a wooden press. ") * 3
     quantized, exact = load_model("smollm2-135m"), load_model("smollm2-135m", weights="float32")
-    assert quantized.weights.forms == {"int4", "int8"} and exact.weights.forms == {"float32"}
+    assert quantized.weights.forms == {"Q4_1", "Q8_0"} and exact.weights.forms == {"float32"}
     ids = torch.tensor([quantized.tokenizer.encode(text)])
     got = quantized.net.forward(ids, quantized.net.new_cache(ids.shape[1]))[0]
     want = exact.net.forward(ids, exact.net.new_cache(ids.shape[1]))[0]

@@ -132,6 +132,7 @@ def build_methods(args, target, console) -> dict[float, list]:
     from specdec.drafters import build_drafters
     from specdec.engine import Engine
     from specdec.runtime import load_model
+    from specdec.runtime.loading import float_weights_folder
 
     ours = [SpecdecMethod("plain", Engine(target), 1)]
     for text in args.drafter or ["ngram"]:
@@ -152,14 +153,15 @@ def build_methods(args, target, console) -> dict[float, list]:
     theirs = []
     if not args.no_transformers:
         with console.status("loading the transformers baselines"):
-            model = load_transformers_model(target.folder, args.device)
+            model = load_transformers_model(float_weights_folder(target), args.device)
             lookup = next((g for g in args.gamma if g != "auto"), 4)
             theirs = [TransformersMethod("hf-generate", model, target.eos_token_ids),
                       TransformersMethod("hf-lookup", model, target.eos_token_ids, lookup_tokens=lookup)]
             if args.assistant:
                 assistant = load_model(args.assistant, device=args.device)
                 theirs.append(TransformersMethod("hf-assisted", model, target.eos_token_ids,
-                                                 assistant=load_transformers_model(assistant.folder, args.device)))
+                                                 assistant=load_transformers_model(float_weights_folder(assistant),
+                                                                                   args.device)))
     if "llama.cpp" in args.baseline:
         theirs.append(_llama_cpp_method(args, target))
     return {t: theirs + ours for t in args.temperature}

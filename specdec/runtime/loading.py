@@ -72,6 +72,11 @@ def resolve_model_folder(spec: str) -> Path:
     return folder if gguf_path is None else converted_folder(gguf_path)
 
 
+def float_weights_folder(model: LanguageModel) -> Path:
+    """A Hugging Face folder with the model's float weights (a GGUF's are written once, on demand)."""
+    return model.folder if model.gguf_path is None else converted_folder(model.gguf_path)
+
+
 def resolve_model_source(spec: str) -> tuple[Path, Path | None]:
     """(Hugging Face folder, the GGUF file or None) for a model spec; a GGUF's folder holds its
     config and tokenizer (`metadata_folder`), float weights only once something asked for them."""

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -57,9 +56,6 @@ class Int4Codes:
         q = self.codes.view(n, k // GROUP, GROUP).double()
         return (q * self.scales.double()[..., None] + self.offsets.double()[..., None]).float().view(n, k)
 
-    def rows(self, index: np.ndarray) -> "Int4Codes":
-        return Int4Codes(self.codes[index], self.scales[index], self.offsets[index])
-
 
 @dataclass
 class Int8Codes:
@@ -71,9 +67,6 @@ class Int8Codes:
     def dequantize(self) -> torch.Tensor:  # [N, K] float32, exact
         n, k = self.codes.shape
         return (self.codes.view(n, k // GROUP, GROUP).float() * self.scales[..., None]).view(n, k)
-
-    def rows(self, index: np.ndarray) -> "Int8Codes":
-        return Int8Codes(self.codes[index], self.scales[index])
 
 
 def gguf_format(types: list[str]) -> str | None:

@@ -46,7 +46,9 @@ def truncated_target(target, layers: int | None) -> torch.nn.Module:
     from safetensors.torch import load_file
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    folder = Path(target.folder)
+    from specdec.runtime.loading import float_weights_folder
+
+    folder = float_weights_folder(target)
     config = AutoConfig.from_pretrained(str(folder), trust_remote_code=False)
     layers = layers or max(1, config.num_hidden_layers // 4)
     if not 1 <= layers < config.num_hidden_layers:

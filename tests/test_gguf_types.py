@@ -1,0 +1,195 @@
+"""Every common GGUF type runs as stored, exactly, and small files of real models' shapes load and run.
+
+- Per type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K), on random blocks (every
+  bit pattern is a valid block once the float16 scales are sane): the layer's weights equal
+  `gguf.quants.dequantize` of the blocks value for value (a product gguf forms as d·sc·0 gives −0
+  where the exact sum gives +0; nothing else differs), and the kernel's outputs follow the stated
+  recipe within float32 round-off and the exact product within the rows' quantization error
+  (test_quantized.check_layer_recipe). Negative control per type: the same blocks read in the wrong
+  order give other weights.
+- Fused layers whose parts have different types (Q4_K beside Q6_K, Q2_K beside Q3_K, Q4_0 beside
+  Q5_1) take the wider layout and still equal each part's dequantization; kinds that cannot share a
+  layout (Q8_0 beside Q4_K) are not fused.
+- Batch invariance per type: each row of a 1..17-row call equals its one-row call bit for bit, and
+  the kernels built for plain x86-64 with AVX2 (a subprocess) give the same bits as this machine's.
+- Files: 2-layer files with Llama-3.2-1B's widths (rope_freqs included) and Qwen2.5-1.5B's (q/k/v
+  bias), in Q4_K_M's mix and in Q8_0, load without a float copy and generate; greedy speculation
+  with prompt lookup equals plain decoding on them; an unsupported type and an unsupported
+  architecture each get one line naming them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from specdec.errors import ModelLoadError
+from specdec.runtime.gguf_synthetic import SHAPES, Shape, random_blocks, write_gguf
+from specdec.runtime.quant import QuantizedLinear, gguf_format, pack_gguf_tensors
+from tests.test_quantized import check_layer_recipe
+
+TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
+ROWS, INPUTS = 48, 512
+
+
+def dequantized(raw: torch.Tensor, type_name: str) -> torch.Tensor:
+    import gguf
+
+    return torch.from_numpy(gguf.quants.dequantize(raw.numpy(), gguf.GGMLQuantizationType[type_name]).astype(np.float32))
+
+
+def blocks(type_name: str, seed: int = 0, rows: int = ROWS) -> torch.Tensor:
+    return torch.from_numpy(random_blocks(type_name, rows, INPUTS, np.random.default_rng(seed)))
+
+
+def layer_of(raws: list[torch.Tensor], types: list[str]) -> QuantizedLinear:
+    layout = gguf_format(types)
+    return QuantizedLinear.from_packed(pack_gguf_tensors(raws, types, [None] * len(raws), layout), layout)
+
+
+@pytest.mark.parametrize("type_name", TYPES)
+def test_layer_weights_equal_gguf_dequantization(type_name):
+    raw = blocks(type_name)
+    layer = layer_of([raw], [type_name])
+    assert layer.layout == type_name
+    assert torch.equal(layer.dequantized_weight(), dequantized(raw, type_name))
+
+
+@pytest.mark.parametrize("type_name", TYPES)
+def test_layer_follows_its_recipe(type_name):
+    check_layer_recipe(layer_of([blocks(type_name, seed=1)], [type_name]))
+
+
+@pytest.mark.parametrize("type_name", TYPES)
+def test_negative_control_blocks_in_the_wrong_order(type_name):
+    """A reader that walks each row's blocks in the wrong order (the likeliest decoding slip) gives
+    other weights: the equality above can fail."""
+    import gguf
+
+    raw = blocks(type_name)
+    size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[type_name]][1]
+    reversed_blocks = raw.reshape(ROWS, -1, size).flip(1).reshape(ROWS, -1).contiguous()
+    assert not torch.equal(layer_of([reversed_blocks], [type_name]).dequantized_weight(), dequantized(raw, type_name))
+
+
+@pytest.mark.parametrize("types", [["Q4_K", "Q4_K", "Q6_K"], ["Q2_K", "Q3_K"], ["Q4_0", "Q5_1"], ["Q5_K", "Q4_K"]])
+def test_fused_layers_of_mixed_types_stay_exact(types):
+    raws = [blocks(t, seed=i, rows=16 * (i + 1)) for i, t in enumerate(types)]
+    layer = layer_of(raws, types)
+    want = torch.cat([dequantized(r, t) for r, t in zip(raws, types)])
+    assert torch.equal(layer.dequantized_weight(), want)
+    check_layer_recipe(layer)
+
+
+def test_kinds_that_share_no_layout_are_not_fused():
+    assert gguf_format(["Q8_0", "Q4_K"]) is None
+    assert gguf_format(["Q4_0", "Q4_K"]) is None
+    assert gguf_format(["F16"]) is None
+    assert gguf_format(["Q4_K", "Q6_K"]) == "Q6_K"
+
+
+def row_mismatches(type_name: str) -> int:
+    layer = layer_of([blocks(type_name, seed=2)], [type_name])
+    x = torch.randn(17, INPUTS, generator=torch.Generator().manual_seed(3))
+    alone = torch.cat([layer(x[i:i + 1]) for i in range(17)])
+    return sum(int(not torch.equal(layer(x[:k]), alone[:k])) for k in range(1, 18))
+
+
+@pytest.mark.parametrize("type_name", TYPES)
+def test_rows_are_batch_invariant(type_name):
+    assert row_mismatches(type_name) == 0
+
+
+def fixed_outputs() -> list[list[float]]:
+    """Each type's layer on fixed rows, for comparing builds bit for bit."""
+    x = torch.randn(5, INPUTS, generator=torch.Generator().manual_seed(4))
+    return [layer_of([blocks(t, seed=5)], [t])(x).flatten().tolist() for t in TYPES]
+
+
+def test_generic_build_gives_the_same_bits():
+    env = {**os.environ, "SPECDEC_KERNEL_ISA": "generic"}
+    code = ("import json; from tests.test_gguf_types import fixed_outputs, row_mismatches, TYPES; "
+            "from specdec.runtime.kernels import invariant_kernels; "
+            "print(json.dumps([invariant_kernels().quant_linear_path(), [row_mismatches(t) for t in TYPES], fixed_outputs()]))")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert done.returncode == 0, done.stderr[-2000:]
+    path, mismatches, outputs = json.loads(done.stdout.strip().splitlines()[-1])
+    assert path == "avx2"
+    assert mismatches == [0] * len(TYPES)
+    assert outputs == fixed_outputs()
+
+
+@pytest.fixture(scope="module")
+def tokenizer_gguf():
+    from specdec.runtime.loading import builtin_gguf_path
+
+    try:
+        return builtin_gguf_path("smollm2-135m")
+    except ModelLoadError as err:
+        pytest.skip(str(err))
+
+
+SMALL = {"llama-3.2-1b": SHAPES["llama-3.2-1b"].small(), "qwen2.5-1.5b": SHAPES["qwen2.5-1.5b"].small()}
+
+
+@pytest.mark.parametrize("file_type", ["Q4_K_M", "Q8_0"])
+@pytest.mark.parametrize("shape", list(SMALL))
+def test_small_files_of_real_shapes_load_and_generate(tmp_path, tokenizer_gguf, shape, file_type, monkeypatch):
+    from specdec.drafters import PromptLookupDrafter
+    from specdec.engine import Engine, GenerationConfig
+    from specdec.runtime import gguf_convert, load_model
+
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "cache"))
+    path = write_gguf(tmp_path / f"{shape}-{file_type}.gguf", SMALL[shape], file_type, tokenizer_gguf)
+    monkeypatch.setattr(gguf_convert, "_convert_weights", lambda *a: pytest.fail("a float copy was written"))
+    model = load_model(str(path))
+    config = model.net.config
+    assert (config.rope_freq_factors is not None) == (shape == "llama-3.2-1b")
+    assert config.attention_bias == (shape == "qwen2.5-1.5b")
+    layouts = model.weights.forms
+    assert layouts == ({"Q8_0"} if file_type == "Q8_0" else {"Q4_K", "Q6_K"})
+    assert not list((tmp_path / "cache").rglob("*.safetensors"))
+    text = "the cat sat on the mat. the cat sat on the mat. the cat"
+    ids = Engine(model).encode(text, chat=False)
+    settings = GenerationConfig(max_new_tokens=24, gamma=4, ignore_eos=True)
+    plain = Engine(model).generate(ids, settings)
+    lookup = Engine(model, PromptLookupDrafter()).generate(ids, settings)
+    assert len(plain.token_ids) == 24
+    assert lookup.token_ids == plain.token_ids
+
+
+def test_unsupported_type_gets_one_line(tmp_path, tokenizer_gguf):
+    import gguf
+
+    from specdec.runtime.gguf_model import GgufTensors
+
+    path = tmp_path / "iq.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    raw = np.zeros((16, 66), dtype=np.uint8)  # IQ2_XXS: 66 bytes per 256 inputs
+    writer.add_tensor("blk.0.attn_q.weight", raw, raw_shape=raw.shape, raw_dtype=gguf.GGMLQuantizationType.IQ2_XXS)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(ModelLoadError, match=r"blk\.0\.attn_q\.weight is stored as IQ2_XXS.*llama-quantize") as err:
+        GgufTensors(path)
+    assert "\n" not in str(err.value)
+
+
+def test_unsupported_architecture_gets_one_line(tmp_path, tokenizer_gguf):
+    from specdec.runtime.gguf_convert import hf_config, read_gguf
+
+    path = write_gguf(tmp_path / "phi.gguf", Shape("llama", 1, 256, 512, 4, 2), "Q8_0", tokenizer_gguf)
+    data = path.read_bytes().replace(b"llama.", b"phi3x.", ).replace(b"\x05\x00\x00\x00\x00\x00\x00\x00llama",
+                                                                        b"\x05\x00\x00\x00\x00\x00\x00\x00phi3x")
+    path.write_bytes(data)
+    with pytest.raises(ModelLoadError, match=r"is a 'phi3x' model, which specdec's runtime does not run") as err:
+        hf_config(read_gguf(path), path)
+    assert "\n" not in str(err.value)
