@@ -29,7 +29,8 @@ def add_target_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runtime", default="lean", help="lean | transformers (default: lean)")
     p.add_argument("--weights", default="auto",
                    help="auto | float32 | bfloat16 | int8 | int4: the linear layers' form (default: auto, a GGUF's "
-                        "Q4_0/Q4_1/Q8_0 blocks as stored on the CPU, int4/int8 kernels; a float checkpoint stays float)")
+                        "blocks as stored, every common type (Q4_0 … Q8_0, K-quants) on the CPU; a float checkpoint "
+                        "stays float; the others quantize or dequantize at load)")
     add_no_compile_arg(p)
     p.add_argument("--max-gamma", type=int, default=8, help="the largest γ the adaptive policy tries (default: 8)")
 
