@@ -14,7 +14,8 @@
   the kernels built for plain x86-64 with AVX2 (a subprocess) give the same bits as this machine's.
 - Files: 2-layer files with Llama-3.2-1B's widths (rope_freqs included) and Qwen2.5-1.5B's (q/k/v
   bias), in Q4_K_M's mix and in Q8_0, load without a float copy and generate; greedy speculation
-  with prompt lookup equals plain decoding on them; an unsupported type and an unsupported
+  with prompt lookup equals plain decoding on them; a second load maps the packed weights the first
+  kept, without packing, and generates the same tokens; an unsupported type and an unsupported
   architecture each get one line naming them.
 """
 
@@ -144,7 +145,7 @@ SMALL = {"llama-3.2-1b": SHAPES["llama-3.2-1b"].small(), "qwen2.5-1.5b": SHAPES[
 def test_small_files_of_real_shapes_load_and_generate(tmp_path, tokenizer_gguf, shape, file_type, monkeypatch):
     from specdec.drafters import PromptLookupDrafter
     from specdec.engine import Engine, GenerationConfig
-    from specdec.runtime import gguf_convert, load_model
+    from specdec.runtime import gguf_convert, gguf_model, load_model
 
     monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "cache"))
     path = write_gguf(tmp_path / f"{shape}-{file_type}.gguf", SMALL[shape], file_type, tokenizer_gguf)
@@ -163,6 +164,10 @@ def test_small_files_of_real_shapes_load_and_generate(tmp_path, tokenizer_gguf, 
     lookup = Engine(model, PromptLookupDrafter()).generate(ids, settings)
     assert len(plain.token_ids) == 24
     assert lookup.token_ids == plain.token_ids
+    # a second load maps the packed weights the first one kept, packs nothing, and runs the same
+    monkeypatch.setattr(gguf_model, "pack_weights", lambda *a: pytest.fail("packed again"))
+    again = load_model(str(path))
+    assert Engine(again).generate(ids, settings).token_ids == plain.token_ids
 
 
 def test_unsupported_type_gets_one_line(tmp_path, tokenizer_gguf):

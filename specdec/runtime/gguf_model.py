@@ -1,9 +1,11 @@
 """A GGUF file run as it is stored: every linear layer in its own quantized type, no float copy.
 
-`load_gguf` builds the lean model from the file's metadata (via `gguf_convert.hf_config`) and fills
-it tensor by tensor: each linear layer's blocks are read from the file (one tensor at a time, so the
+`load_gguf` builds the lean model from the file's metadata (the config.json that
+`gguf_convert.metadata_folder` wrote from it). The first load fills it tensor by tensor
+(`pack_weights`): each linear layer's blocks are read from the file (one tensor at a time, so the
 memory held is the packed weights plus one tensor) and packed by the compiled `pack_gguf` into the
-kernels' layout for its type (`quant.FORMATS`), exactly: the weights the layer multiplies by are
+kernels' layout for its type (`quant.FORMATS`), and the result is kept beside the metadata
+(`packed_file`, about the GGUF's size); later loads memory-map it and start at once. Exactly: the weights the layer multiplies by are
 the file's, as `gguf.quants.dequantize` computes them. Fused layers (q/k/v, gate/up) whose parts
 have different types take the layout that holds them all exactly (Q4_K beside Q6_K: Q6_K's), or
 float32 where none does. The token table stays quantized (`QuantizedEmbedding`: rows dequantized as
@@ -15,15 +17,20 @@ and BF16 linears run as float32 (exact). Any other type is refused with one line
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import warnings
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 
+from specdec.announce import announce
 from specdec.errors import ModelLoadError
 from specdec.runtime.config import ModelConfig
-from specdec.runtime.gguf_convert import hf_config, read_gguf, unpermute_qk
+from specdec.runtime.gguf_convert import read_gguf, unpermute_qk
 from specdec.runtime.llama import LlamaModel, rope_inverse_frequencies
 from specdec.runtime.packed_linear import pack_linears
 from specdec.runtime.quant import (
@@ -35,6 +42,7 @@ from specdec.runtime.quant import (
 )
 from specdec.runtime.weight_formats import LAYER_SOURCES, WeightReport
 
+LAYOUT_SOURCES = ("quant_formats.h", "gguf_pack.cpp")  # what the packed layouts depend on
 SUPPORTED_TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", *FLOAT_GGUF_TYPES)
 
 
@@ -78,74 +86,149 @@ class GgufTensors:
 
 
 def load_gguf(path: Path, folder: Path) -> LlamaModel:
-    """The lean model of the GGUF at `path` (folder: its metadata folder), linears as stored."""
+    """The lean model of the GGUF at `path` (folder: its metadata folder), linears as stored. The
+    first load packs the file's blocks and keeps them in the folder (`packed_file`); later loads map
+    that file, so the pages are read as the passes need them, as llama.cpp maps the GGUF."""
+    config = ModelConfig.from_hf(json.loads((folder / "config.json").read_text()))
+    cache = packed_file(folder)
+    if cache.exists():
+        state, plan = _read_packed(cache)
+    else:
+        announce(f"packing the weights of {path.name} once for the kernels (seconds per GB) into {cache}")
+        state, plan = pack_weights(path, config)
+        _write_packed(cache, state, plan)
+    return _assemble(config, state, plan)
+
+
+def packed_file(folder: Path) -> Path:
+    """Where a GGUF's packed weights are kept: named by the layouts' sources, so that a change to a
+    layout or a decoder packs again."""
+    kernels = Path(__file__).with_name("kernels")
+    digest = hashlib.sha256(b"".join((kernels / name).read_bytes() for name in LAYOUT_SOURCES)).hexdigest()[:12]
+    return folder / f"packed-{digest}.safetensors"
+
+
+def pack_weights(path: Path, config: ModelConfig) -> tuple[dict[str, torch.Tensor], dict[str, list[str]]]:
+    """Every tensor the network needs, read from the GGUF: (state: module path -> tensor, plan:
+    linear -> [layout or "float32", how]). Quantized linears are `<path>.packed` (their layout's
+    format), float ones `<path>.weight`; "embed" in the plan names what the token table is."""
     tensors = GgufTensors(path)
-    hf = hf_config(tensors.reader, path)
-    config = ModelConfig.from_hf(hf)
-    with torch.device("meta"):
-        model = LlamaModel(config)
-    report = WeightReport()
-    rows_order = _row_orders(config, hf["model_type"])
+    arch = tensors.reader.fields["general.architecture"].contents()
+    rows_order = _row_orders(config, arch)
+    state: dict[str, torch.Tensor] = {}
+    plan: dict[str, list[str]] = {}
 
     def need(name: str) -> str:
         if name not in tensors.by_name:
-            raise ModelLoadError(f"{path.name} lacks the tensor {name}; it is not a complete {hf['model_type']} model")
+            raise ModelLoadError(f"{path.name} lacks the tensor {name}; it is not a complete {arch} model")
         return name
-
-    def vector(name: str, permute_as: str | None = None) -> nn.Parameter:
-        values = tensors.floats(need(name)).reshape(-1)
-        if permute_as is not None and permute_as in rows_order:
-            values = values[rows_order[permute_as](values.shape[0])]
-        return nn.Parameter(values.contiguous(), requires_grad=False)
 
     def order(name: str) -> torch.Tensor | None:  # [rows] stored row of each output row, or None
         kind = name.split(".")[2] if name.startswith("blk.") else ""
         return rows_order[kind](tensors.rows(name)) if kind in rows_order else None
 
-    def packed(names: tuple[str, ...]) -> tuple[torch.Tensor, str, str] | None:
-        """(packed weights, layout, how) of tensors stacked along their outputs; None: no layout holds them."""
+    def floats(name: str) -> torch.Tensor:  # rows in the runtime's order
+        values = tensors.floats(need(name))
+        rows = order(name)
+        return values if rows is None else values[rows]
+
+    def linear(module: str, names: tuple[str, ...]) -> None:
         types = [tensors.type_of(need(n)) for n in names]
         layout = gguf_format(types)
-        if layout is None:
-            return None
-        weights = pack_gguf_tensors([tensors.raw(n) for n in names], types, [order(n) for n in names], layout)
-        return weights, layout, "as stored" if set(types) == {layout} else f"{'+'.join(sorted(set(types)))} in {layout}'s layout"
+        if layout is not None:
+            state[module + ".packed"] = pack_gguf_tensors([tensors.raw(n) for n in names], types,
+                                                          [order(n) for n in names], layout)
+            how = "as stored" if set(types) == {layout} else f"{'+'.join(sorted(set(types)))} in {layout}'s layout"
+            plan[module] = [layout, how]
+        else:
+            state[module + ".weight"] = torch.cat([floats(n) for n in names])  # [out, in]
+            plan[module] = ["float32", f"dequantized from {'+'.join(sorted(set(types)))}"]
 
-    def linear(names: tuple[str, ...], bias: torch.Tensor | None = None) -> nn.Module:
-        found = packed(names)
-        if found is not None:
-            weights, layout, how = found
-            report.add(layout, how)
-            return QuantizedLinear.from_packed(weights, layout, bias)
-        parts = [tensors.floats(n) if order(n) is None else tensors.floats(n)[order(n)] for n in names]
-        report.add("float32", f"dequantized from {'+'.join(sorted({tensors.type_of(n) for n in names}))}")
-        weight = torch.cat(parts)  # [out, in]
-        layer = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
+    for i in range(config.num_layers):
+        blk, at = f"blk.{i}.", f"layers.{i}."
+        state[at + "attn_norm.weight"] = floats(blk + "attn_norm.weight").reshape(-1)
+        state[at + "mlp_norm.weight"] = floats(blk + "ffn_norm.weight").reshape(-1)
+        if config.attention_bias:
+            state[at + "attn.qkv.bias"] = torch.cat([floats(f"{blk}attn_{p}.bias").reshape(-1) for p in "qkv"])
+        for module, sources in LAYER_SOURCES.items():
+            linear(at + module, tuple(f"{blk}{s}.weight" for s in sources))
+    state["norm.weight"] = floats("output_norm.weight").reshape(-1)
+    linear("lm_head", ("token_embd.weight" if config.tie_word_embeddings else "output.weight",))
+    if config.tie_word_embeddings and "lm_head.packed" in state:
+        plan["embed"] = ["lm_head"]  # one table for both
+    elif gguf_format([tensors.type_of(need("token_embd.weight"))]) is not None:
+        linear("embed", ("token_embd.weight",))
+    else:
+        state["embed.weight"] = floats("token_embd.weight")
+        plan["embed"] = ["float32"]
+    return state, plan
+
+
+def _write_packed(cache: Path, state: dict[str, torch.Tensor], plan: dict[str, list[str]]) -> None:
+    """Keep the packed weights beside the metadata (atomically); a failed write only costs packing again."""
+    from safetensors.torch import save_file
+
+    staging = cache.with_name(cache.name + f".{os.getpid()}.partial")
+    try:
+        save_file({k: v.contiguous() for k, v in state.items()}, str(staging), metadata={"plan": json.dumps(plan)})
+        staging.rename(cache)
+    except OSError as err:
+        warnings.warn(f"specdec: could not keep the packed weights in {cache} ({err}); the next load packs again",
+                      RuntimeWarning, stacklevel=3)
+    finally:
+        staging.unlink(missing_ok=True)
+
+
+def _read_packed(cache: Path) -> tuple[dict[str, torch.Tensor], dict[str, list[str]]]:
+    """The packed weights, memory-mapped (pages are read when a pass first needs them)."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(cache), framework="pt") as f:
+            plan = json.loads(f.metadata()["plan"])
+            return {key: f.get_tensor(key) for key in f.keys()}, plan
+    except (SafetensorError, OSError, KeyError, ValueError) as err:
+        raise ModelLoadError(f"{cache} is damaged ({err}); delete it and load again to pack the file anew") from None
+
+
+def _assemble(config: ModelConfig, state: dict[str, torch.Tensor], plan: dict[str, list[str]]) -> LlamaModel:
+    """The network from the packed state: quantized and float linears as the plan says."""
+    with torch.device("meta"):
+        model = LlamaModel(config)
+    report = WeightReport()
+
+    def linear(module: str) -> nn.Module:
+        layout, how = plan[module]
+        bias = state.get(module + ".bias")
+        report.add(layout, how)
+        if layout != "float32":
+            return QuantizedLinear.from_packed(state[module + ".packed"], layout, bias)
+        weight = state[module + ".weight"]  # [out, in]
+        layer = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, device="cpu")
         layer.weight = nn.Parameter(weight, requires_grad=False)
         if bias is not None:
             layer.bias = nn.Parameter(bias, requires_grad=False)
         return layer
 
+    def vector(name: str) -> nn.Parameter:
+        return nn.Parameter(state[name], requires_grad=False)
+
     for i, layer in enumerate(model.layers):
-        blk = f"blk.{i}."
-        layer.attn_norm.weight = vector(blk + "attn_norm.weight")
-        layer.mlp_norm.weight = vector(blk + "ffn_norm.weight")
-        bias = None
-        if config.attention_bias:
-            bias = torch.cat([vector(blk + f"attn_{p}.bias", f"attn_{p}").data for p in "qkv"])
-        for path_in_layer, sources in LAYER_SOURCES.items():
-            block, attr = path_in_layer.split(".")
-            part_bias = bias if attr == "qkv" else None
-            setattr(getattr(layer, block), attr, linear(tuple(f"{blk}{s}.weight" for s in sources), part_bias))
-    model.norm.weight = vector("output_norm.weight")
-    head_source = "token_embd.weight" if config.tie_word_embeddings else "output.weight"
-    model.lm_head = linear((head_source,))
-    if config.tie_word_embeddings and isinstance(model.lm_head, QuantizedLinear):
-        model.embed = QuantizedEmbedding(model.lm_head.packed)  # one table for both
-    elif (table := packed((need("token_embd.weight"),))) is not None:
-        model.embed = QuantizedEmbedding(table[0])
+        at = f"layers.{i}."
+        layer.attn_norm.weight = vector(at + "attn_norm.weight")
+        layer.mlp_norm.weight = vector(at + "mlp_norm.weight")
+        for module in LAYER_SOURCES:
+            block, attr = module.split(".")
+            setattr(getattr(layer, block), attr, linear(at + module))
+    model.norm.weight = vector("norm.weight")
+    model.lm_head = linear("lm_head")
+    embed = plan["embed"][0]
+    if embed == "lm_head":
+        model.embed = QuantizedEmbedding(state["lm_head.packed"])
+    elif embed == "float32":
+        model.embed = nn.Embedding.from_pretrained(state["embed.weight"], freeze=True)
     else:
-        model.embed = nn.Embedding.from_pretrained(tensors.floats("token_embd.weight"), freeze=True)
+        model.embed = QuantizedEmbedding(state["embed.packed"])
     model.inv_freq = rope_inverse_frequencies(config)
     model.weight_report = report
     pack_linears(model)  # float32 layers only (packed_linear.py)

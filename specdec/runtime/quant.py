@@ -39,8 +39,8 @@ FORMATS = {"Q4_0": 0, "Q4_1": 0, "Q5_0": 1, "Q5_1": 1, "Q4_K": 2, "Q2_K": 3, "Q3
            "Q8_0": 6}
 # per layout id: (kind, code bits, inputs per scale); a layout holds another of its kind exactly when
 # its codes are at least as wide and its scale groups at most as long
-LAYOUTS = {0: ("block", 4, 32), 1: ("block", 8, 32), 2: ("super", 4, 32), 3: ("super", 4, 16), 4: ("super", 8, 32),
-           5: ("super", 8, 16), 6: ("q8", 8, 32)}
+LAYOUTS = {0: ("block", 4, 32), 1: ("block", 6, 32), 2: ("super", 4, 32), 3: ("super", 4, 16), 4: ("super", 6, 32),
+           5: ("super", 6, 16), 6: ("q8", 8, 32)}
 
 
 @dataclass
@@ -223,6 +223,7 @@ def _quantized(linear: nn.Linear, bits: int) -> nn.Module:
 
 
 def quantized_bits(model: nn.Module) -> int | None:
-    """The fewest bits among `model`'s quantized linear layers (4 for a Q4 GGUF), None if none is."""
+    """The width for small networks beside `model` (`quantize_linears`): 4 where some of its linear
+    layers have 4-bit codes (a Q4 GGUF), else 8 where any is quantized, else None."""
     bits = [m.bits for m in model.modules() if isinstance(m, QuantizedLinear)]
-    return min(bits) if bits else None
+    return None if not bits else 4 if min(bits) <= 4 else 8

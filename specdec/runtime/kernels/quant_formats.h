@@ -22,29 +22,30 @@ constexpr int64_t kQ8UnitBytes = 512 + 32 + 64;
 // Format ids, shared with Python (runtime/quant.py FORMATS).
 enum class Format : int {
   kBlock4 = 0,    // 4-bit codes, float16 scale and offset per block (Q4_0, Q4_1)
-  kBlock8 = 1,    // 8-bit codes, float16 scale and offset per block (Q5_0, Q5_1)
+  kBlock6 = 1,    // 6-bit codes, float16 scale and offset per block (Q5_0, Q5_1)
   kSuper4G32 = 2, // 4-bit codes, super-block d and m, int8 sc and mn per 32 (Q4_K)
   kSuper4G16 = 3, // 4-bit codes, per 16 (Q2_K, Q3_K)
-  kSuper8G32 = 4, // 8-bit codes, per 32 (Q5_K)
-  kSuper8G16 = 5, // 8-bit codes, per 16 (Q6_K)
+  kSuper6G32 = 4, // 6-bit codes, per 32 (Q5_K)
+  kSuper6G16 = 5, // 6-bit codes, per 16 (Q6_K)
   kQ8 = 6,        // signed 8-bit codes, float16 scale per block (Q8_0)
 };
 
 template <int BITS, int GROUP, bool SUPER>
 struct Affine {
+  static_assert(BITS == 4 || BITS == 6, "affine codes are 4 or 6 bits");
   static constexpr int kBits = BITS;
   static constexpr int kHalves = 32 / GROUP;  // scale groups per block
   static constexpr bool kSuper = SUPER;
-  static constexpr int64_t kCodeBytes = 64 * BITS;
+  static constexpr int64_t kCodeBytes = BITS == 4 ? 256 : 384;  // 6-bit: the 4-bit nibbles, then 2-bit planes
   static constexpr int64_t kBlockBytes = kCodeBytes + (SUPER ? 32 * kHalves : 64);
   static constexpr int64_t kUnitBytes = SUPER ? 64 + kSuperBlocks * kBlockBytes : kBlockBytes;
 };
 using Block4 = Affine<4, 32, false>;
-using Block8 = Affine<8, 32, false>;
+using Block6 = Affine<6, 32, false>;
 using Super4G32 = Affine<4, 32, true>;
 using Super4G16 = Affine<4, 16, true>;
-using Super8G32 = Affine<8, 32, true>;
-using Super8G16 = Affine<8, 16, true>;
+using Super6G32 = Affine<6, 32, true>;
+using Super6G16 = Affine<6, 16, true>;
 
 template <class T>
 struct Tag {
@@ -56,11 +57,11 @@ template <class Fn>
 void dispatch_format(Format format, Fn&& f) {
   switch (format) {
     case Format::kBlock4: f(Tag<Block4>{}); break;
-    case Format::kBlock8: f(Tag<Block8>{}); break;
+    case Format::kBlock6: f(Tag<Block6>{}); break;
     case Format::kSuper4G32: f(Tag<Super4G32>{}); break;
     case Format::kSuper4G16: f(Tag<Super4G16>{}); break;
-    case Format::kSuper8G32: f(Tag<Super8G32>{}); break;
-    case Format::kSuper8G16: f(Tag<Super8G16>{}); break;
+    case Format::kSuper6G32: f(Tag<Super6G32>{}); break;
+    case Format::kSuper6G16: f(Tag<Super6G16>{}); break;
     case Format::kQ8: f(Tag<void>{}); break;
   }
 }
@@ -78,7 +79,7 @@ inline int64_t unit_bytes(Format format) {
 }
 
 inline bool is_super(Format format) {
-  return format != Format::kBlock4 && format != Format::kBlock8 && format != Format::kQ8;
+  return format != Format::kBlock4 && format != Format::kBlock6 && format != Format::kQ8;
 }
 
 inline int64_t blocks_per_unit(Format format) { return is_super(format) ? kSuperBlocks : 1; }
@@ -98,13 +99,18 @@ inline const uint8_t* block_of(const uint8_t* tile, int64_t b) {
 }
 
 // Code of output `lane`, input i (0..31) of a block.
+// 6-bit codes: the low 4 bits as 4-bit codes, then two 64-byte planes of the high 2 bits: plane p's
+// byte at 4 lane + i holds, from bit 0, inputs 4j + i and 16 + 4j + i of j = 2p, then of j = 2p + 1.
 template <int BITS>
 inline int affine_code(const uint8_t* blk, int lane, int i) {
+  const int j = (i % 16) / 4;
+  const int byte = blk[j * 64 + lane * 4 + i % 4];
+  const int low = i < 16 ? byte & 0x0F : byte >> 4;
   if constexpr (BITS == 4) {
-    const int byte = blk[((i % 16) / 4) * 64 + lane * 4 + i % 4];
-    return i < 16 ? byte & 0x0F : byte >> 4;
+    return low;
   } else {
-    return blk[(i / 4) * 64 + lane * 4 + i % 4];
+    const int shift = 4 * (j % 2) + (i < 16 ? 0 : 2);
+    return low | (((blk[256 + (j / 2) * 64 + lane * 4 + i % 4] >> shift) & 3) << 4);
   }
 }
 
@@ -174,12 +180,12 @@ inline torch::Tensor pack_rows(Format format, int64_t n, int64_t k, const RowSou
               std::memcpy(blk + 512 + 32 + 4 * lane, &correction, 4);
             } else {
               for (int i = 0; i < kBlock; ++i) {
-                if (q[i] > (F::kBits == 4 ? 15 : 127)) too_large = true;
-                if constexpr (F::kBits == 4) {
-                  const int at = ((i % 16) / 4) * 64 + lane * 4 + i % 4;
-                  blk[at] |= static_cast<uint8_t>(i < 16 ? q[i] & 0x0F : q[i] << 4);
-                } else {
-                  blk[(i / 4) * 64 + lane * 4 + i % 4] = q[i];
+                if (q[i] >= (1 << F::kBits)) too_large = true;
+                const int j = (i % 16) / 4;
+                blk[j * 64 + lane * 4 + i % 4] |= static_cast<uint8_t>(i < 16 ? q[i] & 0x0F : (q[i] & 0x0F) << 4);
+                if constexpr (F::kBits == 6) {
+                  const int shift = 4 * (j % 2) + (i < 16 ? 0 : 2);
+                  blk[256 + (j / 2) * 64 + lane * 4 + i % 4] |= static_cast<uint8_t>(((q[i] >> 4) & 3) << shift);
                 }
               }
               uint8_t* params = blk + F::kCodeBytes;
@@ -205,7 +211,7 @@ inline torch::Tensor pack_rows(Format format, int64_t n, int64_t k, const RowSou
       });
     }
   });
-  TORCH_CHECK(!too_large, "pack: a code exceeds the format's range (15 for 4-bit, 127 for 8-bit codes)");
+  TORCH_CHECK(!too_large, "pack: a code exceeds the format's range (15 for 4-bit, 63 for 6-bit codes)");
   TORCH_CHECK(!uneven, "pack: the weights have a scale per 16 inputs; this format holds one per 32");
   return packed;
 }

@@ -4,7 +4,7 @@
 // Numerics (llama.cpp's Q x Q8_0 recipe, made batch-invariant):
 // - each input row is quantized in blocks of 32: d = max|x| / 127, xq = round(x / d) in [-127, 127],
 //   X = sum(xq) per block and per half block (16 inputs) — per row, never shared across rows;
-// - affine weights (every format but Q8_0): unsigned codes u per block of 32 inputs and, per group
+// - affine weights (every format but Q8_0): unsigned 4- or 6-bit codes u per block of 32 inputs and, per group
 //   of G = 32 or 16 inputs, a scale s and an offset c (w = s * u + c). Per group the integer dot
 //   I = sum(u * xq) is exact, then in float32: with one group per block t = c * X; t = fma(s, I, t);
 //   with two (G = 16, halves h = 0, 1) t = c0 * X0; t = fma(s0, I0, t); t = fma(c1, X1, t);
@@ -20,14 +20,15 @@
 // block of 32 inputs, or for super-block formats 8 blocks = 256 inputs). Within a chunk of 64 bytes
 // output n's 4 bytes lie at 4n. Codes of a block:
 // - 4-bit: 4 chunks (chunk j: low nibbles u[n, 4j .. 4j+3], high nibbles u[n, 16+4j .. 16+4j+3]);
-// - 8-bit: 8 chunks (chunk g: u[n, 4g .. 4g+3]); unsigned affine codes are at most 127.
+// - 6-bit: the low 4 bits so, then 2 chunks of the high 2 bits (chunk p's byte holds, from bit 0,
+//   those of inputs 4j + i, 16 + 4j + i for j = 2p, then for j = 2p + 1): 384 bytes.
 // Formats (the unit size names the format):
-// - per-block affine (Q4_0, Q4_1: 4-bit; Q5_0, Q5_1: 8-bit): codes, 16 float16 s, 16 float16 c:
-//   320 / 576 bytes;
+// - per-block affine (Q4_0, Q4_1: 4-bit; Q5_0, Q5_1: 6-bit): codes, 16 float16 s, 16 float16 c:
+//   320 / 448 bytes;
 // - super-block affine (K-quants): a header of 16 float16 d and 16 float16 m, then 8 blocks of
 //   codes, G-groups' int8 sc[16] and int8 mn[16] (group h of the block at codes + 32h); s = d * sc
 //   and c = m * mn, both exact in float32: Q4_K 4-bit G 32 (2368 bytes), Q2_K and Q3_K 4-bit G 16
-//   (2624), Q5_K 8-bit G 32 (4416), Q6_K 8-bit G 16 (4672);
+//   (2624), Q5_K 6-bit G 32 (3392), Q6_K 6-bit G 16 (3648);
 // - Q8_0: 8 chunks, 16 float16 scales, 16 int32 128 * sum(q) (VNNI multiplies unsigned by signed
 //   bytes, so it takes xq + 128 and subtracts this): 608 bytes.
 #include <torch/extension.h>
@@ -117,7 +118,7 @@ inline __m512 half_to_ps(const uint8_t* p) {  // 16 float16 -> 16 float
 template <class F, int R>
 void affine_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t k, int64_t row0, float* out,
                  int64_t n, int64_t n0, const uint8_t* ahead) {
-  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  const __m512i low4 = _mm512_set1_epi8(0x0F), top2 = _mm512_set1_epi8(0x30);
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   __m512 d = _mm512_setzero_ps(), m = _mm512_setzero_ps();
@@ -128,32 +129,31 @@ void affine_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int6
         const uint8_t* header = header_at<F>(tile, b);
         d = half_to_ps(header);
         m = half_to_ps(header + 32);
-        if (ahead != nullptr && row0 == 0) prefetch_unit(header_at<F>(ahead, b), F::kUnitBytes);
+        if (ahead != nullptr && row0 == 0) prefetch_unit(header_at<F>(ahead, b), 64);
       }
-    } else if (ahead != nullptr && row0 == 0) {
-      prefetch_unit(block_of<F>(ahead, b), F::kBlockBytes);
     }
+    if (ahead != nullptr && row0 == 0) prefetch_unit(block_of<F>(ahead, b), F::kBlockBytes);
     const int64_t first = row0 * k + b * kBlock;  // row0's block b in the activations
     __m512i dot0[R], dot1[R];  // the two halves' integer dots
     for (int r = 0; r < R; ++r) dot0[r] = dot1[r] = _mm512_setzero_si512();
-    if constexpr (F::kBits == 4) {
-      for (int j = 0; j < 4; ++j) {
-        const __m512i raw = _mm512_loadu_si512(blk + j * 64);
-        const __m512i lo = _mm512_and_si512(raw, low4);                         // inputs 4j .. 4j+3
-        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);  // inputs 16+4j .. 16+4j+3
-        for (int r = 0; r < R; ++r) {
-          const int8_t* xb = a.q.data() + first + r * k;
-          dot0[r] = _mm512_dpbusd_epi32(dot0[r], lo, broadcast4(xb + 4 * j));
-          dot1[r] = _mm512_dpbusd_epi32(dot1[r], hi, broadcast4(xb + 16 + 4 * j));
-        }
+    [[maybe_unused]] __m512i planes[2];
+    if constexpr (F::kBits == 6) {
+      planes[0] = _mm512_loadu_si512(blk + 256);
+      planes[1] = _mm512_loadu_si512(blk + 320);
+    }
+    for (int j = 0; j < 4; ++j) {
+      const __m512i raw = _mm512_loadu_si512(blk + j * 64);
+      __m512i lo = _mm512_and_si512(raw, low4);                         // inputs 4j .. 4j+3
+      __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);  // inputs 16+4j .. 16+4j+3
+      if constexpr (F::kBits == 6) {  // the high 2 bits of both from plane j / 2
+        const __m512i high = j % 2 ? _mm512_srli_epi16(planes[j / 2], 4) : planes[j / 2];
+        lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_slli_epi16(high, 4), top2));
+        hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_slli_epi16(high, 2), top2));
       }
-    } else {
-      for (int g = 0; g < 8; ++g) {
-        const __m512i w = _mm512_loadu_si512(blk + g * 64);
-        for (int r = 0; r < R; ++r) {
-          __m512i& dot = g < 4 ? dot0[r] : dot1[r];
-          dot = _mm512_dpbusd_epi32(dot, w, broadcast4(a.q.data() + first + r * k + 4 * g));
-        }
+      for (int r = 0; r < R; ++r) {
+        const int8_t* xb = a.q.data() + first + r * k;
+        dot0[r] = _mm512_dpbusd_epi32(dot0[r], lo, broadcast4(xb + 4 * j));
+        dot1[r] = _mm512_dpbusd_epi32(dot1[r], hi, broadcast4(xb + 16 + 4 * j));
       }
     }
     const uint8_t* params = blk + F::kCodeBytes;
@@ -233,11 +233,11 @@ inline __m256 half_to_ps(const uint8_t* p) {  // 8 float16 -> 8 float
 }
 
 // As the AVX-512 version, one side of 8 outputs at a time. Pairs of u8 * s8 products stay within
-// int16: codes are at most 127.
+// int16: codes are at most 63.
 template <class F, int R>
 void affine_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t k, int64_t row0, float* out,
                  int64_t n, int64_t n0, const uint8_t* ahead) {
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i low4 = _mm256_set1_epi8(0x0F), top2 = _mm256_set1_epi8(0x30);
   const __m256i ones = _mm256_set1_epi16(1);
   for (int side = 0; side < 2; ++side) {  // outputs n0 + 8 * side .. + 8
     __m256 acc[R];
@@ -250,31 +250,30 @@ void affine_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int6
           const uint8_t* header = header_at<F>(tile, b);
           d = half_to_ps(header + 16 * side);
           m = half_to_ps(header + 32 + 16 * side);
-          if (ahead != nullptr && row0 == 0 && side == 0) prefetch_unit(header_at<F>(ahead, b), F::kUnitBytes);
+          if (ahead != nullptr && row0 == 0 && side == 0) prefetch_unit(header_at<F>(ahead, b), 64);
         }
-      } else if (ahead != nullptr && row0 == 0 && side == 0) {
-        prefetch_unit(block_of<F>(ahead, b), F::kBlockBytes);
       }
+      if (ahead != nullptr && row0 == 0 && side == 0) prefetch_unit(block_of<F>(ahead, b), F::kBlockBytes);
       const int8_t* x0 = a.q.data() + row0 * k + b * kBlock;
       __m256i dot0[R], dot1[R];
       for (int r = 0; r < R; ++r) dot0[r] = dot1[r] = _mm256_setzero_si256();
-      if constexpr (F::kBits == 4) {
-        for (int j = 0; j < 4; ++j) {
-          const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + j * 64 + side * 32));
-          const __m256i lo = _mm256_and_si256(raw, low4);
-          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
-          for (int r = 0; r < R; ++r) {
-            dot0[r] = _mm256_add_epi32(dot0[r], dot4(lo, broadcast4(x0 + r * k + 4 * j), ones));
-            dot1[r] = _mm256_add_epi32(dot1[r], dot4(hi, broadcast4(x0 + r * k + 16 + 4 * j), ones));
-          }
+      [[maybe_unused]] __m256i planes[2];
+      if constexpr (F::kBits == 6) {
+        planes[0] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 256 + side * 32));
+        planes[1] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 320 + side * 32));
+      }
+      for (int j = 0; j < 4; ++j) {
+        const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + j * 64 + side * 32));
+        __m256i lo = _mm256_and_si256(raw, low4);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+        if constexpr (F::kBits == 6) {
+          const __m256i high = j % 2 ? _mm256_srli_epi16(planes[j / 2], 4) : planes[j / 2];
+          lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(high, 4), top2));
+          hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(high, 2), top2));
         }
-      } else {
-        for (int g = 0; g < 8; ++g) {
-          const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + g * 64 + side * 32));
-          for (int r = 0; r < R; ++r) {
-            __m256i& dot = g < 4 ? dot0[r] : dot1[r];
-            dot = _mm256_add_epi32(dot, dot4(w, broadcast4(x0 + r * k + 4 * g), ones));
-          }
+        for (int r = 0; r < R; ++r) {
+          dot0[r] = _mm256_add_epi32(dot0[r], dot4(lo, broadcast4(x0 + r * k + 4 * j), ones));
+          dot1[r] = _mm256_add_epi32(dot1[r], dot4(hi, broadcast4(x0 + r * k + 16 + 4 * j), ones));
         }
       }
       const uint8_t* params = blk + F::kCodeBytes;
