@@ -156,7 +156,9 @@ def test_small_files_of_real_shapes_load_and_generate(tmp_path, tokenizer_gguf, 
     assert config.attention_bias == (shape == "qwen2.5-1.5b")
     layouts = model.weights.forms
     assert layouts == ({"Q8_0"} if file_type == "Q8_0" else {"Q4_K", "Q6_K"})
-    assert not list((tmp_path / "cache").rglob("*.safetensors"))
+    kept = list((tmp_path / "cache").rglob("*.safetensors"))
+    assert [f.name for f in kept] == [gguf_model.packed_file(model.folder).name]  # no float32 copy
+    assert kept[0].stat().st_size < 1.2 * path.stat().st_size
     text = "the cat sat on the mat. the cat sat on the mat. the cat"
     ids = Engine(model).encode(text, chat=False)
     settings = GenerationConfig(max_new_tokens=24, gamma=4, ignore_eos=True)
