@@ -8,8 +8,8 @@
   (test_quantized.check_layer_recipe). Negative control per type: the same blocks read in the wrong
   order give other weights.
 - Fused layers whose parts have different types (Q4_K beside Q6_K, Q2_K beside Q3_K, Q4_0 beside
-  Q5_1) take the wider layout and still equal each part's dequantization; kinds that cannot share a
-  layout (Q8_0 beside Q4_K) are not fused.
+  Q5_1, Q8_0 beside Q5_0/Q5_1/Q4_1: 8-bit codes with an offset) take the wider layout and still
+  equal each part's dequantization; kinds that cannot share a layout (Q8_0 beside Q4_K) are not.
 - Batch invariance per type: each row of a 1..17-row call equals its one-row call bit for bit, and
   the kernels built for plain x86-64 with AVX2 (a subprocess) give the same bits as this machine's.
 - Files: 2-layer files with Llama-3.2-1B's widths (rope_freqs included) and Qwen2.5-1.5B's (q/k/v
@@ -79,7 +79,8 @@ def test_negative_control_blocks_in_the_wrong_order(type_name):
     assert not torch.equal(layer_of([reversed_blocks], [type_name]).dequantized_weight(), dequantized(raw, type_name))
 
 
-@pytest.mark.parametrize("types", [["Q4_K", "Q4_K", "Q6_K"], ["Q2_K", "Q3_K"], ["Q4_0", "Q5_1"], ["Q5_K", "Q4_K"]])
+@pytest.mark.parametrize("types", [["Q4_K", "Q4_K", "Q6_K"], ["Q2_K", "Q3_K"], ["Q4_0", "Q5_1"], ["Q5_K", "Q4_K"],
+                                   ["Q5_0", "Q5_0", "Q8_0"], ["Q5_1", "Q8_0"], ["Q8_0", "Q4_1"]])
 def test_fused_layers_of_mixed_types_stay_exact(types):
     raws = [blocks(t, seed=i, rows=16 * (i + 1)) for i, t in enumerate(types)]
     layer = layer_of(raws, types)
@@ -93,6 +94,7 @@ def test_kinds_that_share_no_layout_are_not_fused():
     assert gguf_format(["Q4_0", "Q4_K"]) is None
     assert gguf_format(["F16"]) is None
     assert gguf_format(["Q4_K", "Q6_K"]) == "Q6_K"
+    assert gguf_format(["Q5_0", "Q8_0"]) == "affine8"
 
 
 def row_mismatches(type_name: str) -> int:
@@ -110,7 +112,9 @@ def test_rows_are_batch_invariant(type_name):
 def fixed_outputs() -> list[list[float]]:
     """Each type's layer on fixed rows, for comparing builds bit for bit."""
     x = torch.randn(5, INPUTS, generator=torch.Generator().manual_seed(4))
-    return [layer_of([blocks(t, seed=5)], [t])(x).flatten().tolist() for t in TYPES]
+    layers = [layer_of([blocks(t, seed=5)], [t]) for t in TYPES]
+    layers.append(layer_of([blocks("Q8_0", seed=6), blocks("Q5_1", seed=7)], ["Q8_0", "Q5_1"]))  # the 8-bit layout
+    return [layer(x).flatten().tolist() for layer in layers]
 
 
 def test_generic_build_gives_the_same_bits():

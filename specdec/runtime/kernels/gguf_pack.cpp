@@ -55,6 +55,8 @@ struct GgufType {
   Kind kind;
   // decodes one GGUF block (of block_inputs inputs) at `src` into `row`, its first input at `at`
   void (*decode)(const uint8_t* src, int64_t at, DecodedRow& row, bool& inexact);
+  // Q8_0 only: its blocks as unsigned codes with an offset, for the 8-bit per-block layout
+  void (*decode_affine)(const uint8_t* src, int64_t at, DecodedRow& row, bool& inexact) = nullptr;
 };
 
 void decode_q4_0(const uint8_t* s, int64_t at, DecodedRow& row, bool& inexact) {
@@ -101,6 +103,13 @@ void decode_q5_1(const uint8_t* s, int64_t at, DecodedRow& row, bool&) {
 void decode_q8_0(const uint8_t* s, int64_t at, DecodedRow& row, bool&) {
   std::memcpy(row.codes.data() + at, s + 2, 32);
   row.scale[at / kBlock] = half_at(s);
+}
+
+void decode_q8_0_affine(const uint8_t* s, int64_t at, DecodedRow& row, bool& inexact) {  // u = q + 128
+  for (int i = 0; i < 32; ++i) row.codes[at + i] = static_cast<uint8_t>(static_cast<int8_t>(s[2 + i]) + 128);
+  const c10::Half d = half_at(s);
+  row.scale[at / kBlock] = d;
+  row.offset[at / kBlock] = scaled_half(d, -128.f, inexact);
 }
 
 void decode_q2_k(const uint8_t* s, int64_t at, DecodedRow& row, bool& inexact) {
@@ -194,7 +203,7 @@ void decode_q6_k(const uint8_t* s, int64_t at, DecodedRow& row, bool& inexact) {
 const GgufType kTypes[] = {
     {"Q4_0", 32, 18, Kind::kBlock, decode_q4_0}, {"Q4_1", 32, 20, Kind::kBlock, decode_q4_1},
     {"Q5_0", 32, 22, Kind::kBlock, decode_q5_0}, {"Q5_1", 32, 24, Kind::kBlock, decode_q5_1},
-    {"Q8_0", 32, 34, Kind::kQ8, decode_q8_0},    {"Q2_K", 256, 84, Kind::kSuper, decode_q2_k},
+    {"Q8_0", 32, 34, Kind::kQ8, decode_q8_0, decode_q8_0_affine},    {"Q2_K", 256, 84, Kind::kSuper, decode_q2_k},
     {"Q3_K", 256, 110, Kind::kSuper, decode_q3_k}, {"Q4_K", 256, 144, Kind::kSuper, decode_q4_k},
     {"Q5_K", 256, 176, Kind::kSuper, decode_q5_k}, {"Q6_K", 256, 210, Kind::kSuper, decode_q6_k},
 };
@@ -220,15 +229,17 @@ torch::Tensor pack_gguf(const std::vector<torch::Tensor>& raws, const std::vecto
                         const std::vector<torch::Tensor>& orders, int64_t format_id) {
   TORCH_CHECK(!raws.empty() && raws.size() == types.size() && raws.size() == orders.size(),
               "pack_gguf: one type and one order per tensor");
-  TORCH_CHECK(format_id >= 0 && format_id <= static_cast<int64_t>(Format::kQ8), "pack_gguf: unknown format ", format_id);
+  TORCH_CHECK(format_id >= 0 && format_id <= static_cast<int64_t>(Format::kBlock8), "pack_gguf: unknown format ", format_id);
   const Format format = static_cast<Format>(format_id);
   std::vector<const GgufType*> kinds;
+  std::vector<bool> affine;  // Q8_0 read as unsigned codes with an offset
   std::vector<int64_t> starts{0};
   std::vector<torch::Tensor> order_list;
   int64_t k = -1;
   for (size_t p = 0; p < raws.size(); ++p) {
     const GgufType& type = gguf_type(types[p]);
-    TORCH_CHECK(type.kind == kind_of(format), "pack_gguf: ", types[p], " does not go into format ", format_id);
+    const bool q8_as_affine = type.kind == Kind::kQ8 && format == Format::kBlock8;
+    TORCH_CHECK(type.kind == kind_of(format) || q8_as_affine, "pack_gguf: ", types[p], " does not go into format ", format_id);
     TORCH_CHECK(raws[p].dtype() == torch::kUInt8 && raws[p].dim() == 2 && raws[p].is_contiguous(),
                 "pack_gguf: raw blocks [rows, bytes] uint8, contiguous");
     TORCH_CHECK(raws[p].size(1) % type.block_bytes == 0, "pack_gguf: a row of ", types[p], " is whole blocks");
@@ -238,6 +249,7 @@ torch::Tensor pack_gguf(const std::vector<torch::Tensor>& raws, const std::vecto
     const torch::Tensor order = orders[p].numel() ? orders[p].to(torch::kLong).contiguous() : orders[p];
     TORCH_CHECK(!order.numel() || order.numel() == raws[p].size(0), "pack_gguf: an order per row");
     kinds.push_back(&type);
+    affine.push_back(q8_as_affine);
     order_list.push_back(order);
     starts.push_back(starts.back() + raws[p].size(0));
   }
@@ -251,7 +263,8 @@ torch::Tensor pack_gguf(const std::vector<torch::Tensor>& raws, const std::vecto
     const GgufType& type = *kinds[p];
     const uint8_t* src = raws[p].data_ptr<uint8_t>() + stored * raws[p].size(1);
     bool local = false;
-    for (int64_t at = 0; at < k; at += type.block_inputs) type.decode(src + at / type.block_inputs * type.block_bytes, at, out, local);
+    const auto decode = affine[p] ? type.decode_affine : type.decode;
+    for (int64_t at = 0; at < k; at += type.block_inputs) decode(src + at / type.block_inputs * type.block_bytes, at, out, local);
     if (local) inexact = true;
   };
   torch::Tensor packed = specdec::pack_rows(format, starts.back(), k, source);

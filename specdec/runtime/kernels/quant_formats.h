@@ -28,20 +28,22 @@ enum class Format : int {
   kSuper6G32 = 4, // 6-bit codes, per 32 (Q5_K)
   kSuper6G16 = 5, // 6-bit codes, per 16 (Q6_K)
   kQ8 = 6,        // signed 8-bit codes, float16 scale per block (Q8_0)
+  kBlock8 = 7,    // 8-bit codes, float16 scale and offset per block (Q8_0 beside Q4_x/Q5_x in one layer)
 };
 
 template <int BITS, int GROUP, bool SUPER>
 struct Affine {
-  static_assert(BITS == 4 || BITS == 6, "affine codes are 4 or 6 bits");
+  static_assert(BITS == 4 || BITS == 6 || (BITS == 8 && !SUPER), "affine codes are 4 or 6 bits (8: per block)");
   static constexpr int kBits = BITS;
   static constexpr int kHalves = 32 / GROUP;  // scale groups per block
   static constexpr bool kSuper = SUPER;
-  static constexpr int64_t kCodeBytes = BITS == 4 ? 256 : 384;  // 6-bit: the 4-bit nibbles, then 2-bit planes
+  static constexpr int64_t kCodeBytes = BITS == 4 ? 256 : BITS == 6 ? 384 : 512;  // 6-bit: nibbles, then 2-bit planes
   static constexpr int64_t kBlockBytes = kCodeBytes + (SUPER ? 32 * kHalves : 64);
   static constexpr int64_t kUnitBytes = SUPER ? 64 + kSuperBlocks * kBlockBytes : kBlockBytes;
 };
 using Block4 = Affine<4, 32, false>;
 using Block6 = Affine<6, 32, false>;
+using Block8 = Affine<8, 32, false>;
 using Super4G32 = Affine<4, 32, true>;
 using Super4G16 = Affine<4, 16, true>;
 using Super6G32 = Affine<6, 32, true>;
@@ -63,6 +65,7 @@ void dispatch_format(Format format, Fn&& f) {
     case Format::kSuper6G32: f(Tag<Super6G32>{}); break;
     case Format::kSuper6G16: f(Tag<Super6G16>{}); break;
     case Format::kQ8: f(Tag<void>{}); break;
+    case Format::kBlock8: f(Tag<Block8>{}); break;
   }
 }
 
@@ -79,7 +82,7 @@ inline int64_t unit_bytes(Format format) {
 }
 
 inline bool is_super(Format format) {
-  return format != Format::kBlock4 && format != Format::kBlock6 && format != Format::kQ8;
+  return format != Format::kBlock4 && format != Format::kBlock6 && format != Format::kBlock8 && format != Format::kQ8;
 }
 
 inline int64_t blocks_per_unit(Format format) { return is_super(format) ? kSuperBlocks : 1; }
@@ -87,7 +90,7 @@ inline int64_t blocks_per_unit(Format format) { return is_super(format) ? kSuper
 // The format of a packed tensor [N/16, units, unit bytes]: the unit size names it.
 inline Format format_of(const torch::Tensor& packed) {
   TORCH_CHECK(packed.dtype() == torch::kUInt8 && packed.dim() == 3 && packed.is_contiguous(), "quant_linear: bad packing");
-  for (int id = 0; id <= static_cast<int>(Format::kQ8); ++id)
+  for (int id = 0; id <= static_cast<int>(Format::kBlock8); ++id)
     if (unit_bytes(static_cast<Format>(id)) == packed.size(2)) return static_cast<Format>(id);
   TORCH_CHECK(false, "quant_linear: bad packing (unit of ", packed.size(2), " bytes)");
 }
@@ -101,8 +104,10 @@ inline const uint8_t* block_of(const uint8_t* tile, int64_t b) {
 // Code of output `lane`, input i (0..31) of a block.
 // 6-bit codes: the low 4 bits as 4-bit codes, then two 64-byte planes of the high 2 bits: plane p's
 // byte at 4 lane + i holds, from bit 0, inputs 4j + i and 16 + 4j + i of j = 2p, then of j = 2p + 1.
+// 8-bit codes: 8 chunks, chunk g holding inputs 4g .. 4g+3.
 template <int BITS>
 inline int affine_code(const uint8_t* blk, int lane, int i) {
+  if constexpr (BITS == 8) return blk[(i / 4) * 64 + lane * 4 + i % 4];
   const int j = (i % 16) / 4;
   const int byte = blk[j * 64 + lane * 4 + i % 4];
   const int low = i < 16 ? byte & 0x0F : byte >> 4;
@@ -181,6 +186,10 @@ inline torch::Tensor pack_rows(Format format, int64_t n, int64_t k, const RowSou
             } else {
               for (int i = 0; i < kBlock; ++i) {
                 if (q[i] >= (1 << F::kBits)) too_large = true;
+                if constexpr (F::kBits == 8) {
+                  blk[(i / 4) * 64 + lane * 4 + i % 4] = q[i];
+                  continue;
+                }
                 const int j = (i % 16) / 4;
                 blk[j * 64 + lane * 4 + i % 4] |= static_cast<uint8_t>(i < 16 ? q[i] & 0x0F : (q[i] & 0x0F) << 4);
                 if constexpr (F::kBits == 6) {

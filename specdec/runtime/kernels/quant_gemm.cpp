@@ -23,8 +23,9 @@
 // - 6-bit: the low 4 bits so, then 2 chunks of the high 2 bits (chunk p's byte holds, from bit 0,
 //   those of inputs 4j + i, 16 + 4j + i for j = 2p, then for j = 2p + 1): 384 bytes.
 // Formats (the unit size names the format):
-// - per-block affine (Q4_0, Q4_1: 4-bit; Q5_0, Q5_1: 6-bit): codes, 16 float16 s, 16 float16 c:
-//   320 / 448 bytes;
+// - 8-bit: 8 chunks (chunk g: u[n, 4g .. 4g+3]), for Q8_0 beside other per-block types in one layer.
+// - per-block affine (Q4_0, Q4_1: 4-bit; Q5_0, Q5_1: 6-bit; mixes with Q8_0: 8-bit): codes, 16
+//   float16 s, 16 float16 c: 320 / 448 / 576 bytes;
 // - super-block affine (K-quants): a header of 16 float16 d and 16 float16 m, then 8 blocks of
 //   codes, G-groups' int8 sc[16] and int8 mn[16] (group h of the block at codes + 32h); s = d * sc
 //   and c = m * mn, both exact in float32: Q4_K 4-bit G 32 (2368 bytes), Q2_K and Q3_K 4-bit G 16
@@ -141,7 +142,15 @@ void affine_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int6
       planes[0] = _mm512_loadu_si512(blk + 256);
       planes[1] = _mm512_loadu_si512(blk + 320);
     }
-    for (int j = 0; j < 4; ++j) {
+    if constexpr (F::kBits == 8) {
+      for (int g = 0; g < 8; ++g) {
+        const __m512i w = _mm512_loadu_si512(blk + g * 64);
+        for (int r = 0; r < R; ++r) {
+          __m512i& dot = g < 4 ? dot0[r] : dot1[r];
+          dot = _mm512_dpbusd_epi32(dot, w, broadcast4(a.q.data() + first + r * k + 4 * g));
+        }
+      }
+    } else for (int j = 0; j < 4; ++j) {
       const __m512i raw = _mm512_loadu_si512(blk + j * 64);
       __m512i lo = _mm512_and_si512(raw, low4);                         // inputs 4j .. 4j+3
       __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);  // inputs 16+4j .. 16+4j+3
@@ -233,7 +242,7 @@ inline __m256 half_to_ps(const uint8_t* p) {  // 8 float16 -> 8 float
 }
 
 // As the AVX-512 version, one side of 8 outputs at a time. Pairs of u8 * s8 products stay within
-// int16: codes are at most 63.
+// int16: codes are at most 63, and 8-bit codes are split into two nibbles.
 template <class F, int R>
 void affine_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t k, int64_t row0, float* out,
                  int64_t n, int64_t n0, const uint8_t* ahead) {
@@ -262,7 +271,18 @@ void affine_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int6
         planes[0] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 256 + side * 32));
         planes[1] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 320 + side * 32));
       }
-      for (int j = 0; j < 4; ++j) {
+      if constexpr (F::kBits == 8) {  // u = 16 h + l: two products of codes <= 15 (maddubs would saturate at 255)
+        for (int g = 0; g < 8; ++g) {
+          const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + g * 64 + side * 32));
+          const __m256i lo = _mm256_and_si256(w, low4);
+          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), low4);
+          for (int r = 0; r < R; ++r) {
+            const __m256i x = broadcast4(x0 + r * k + 4 * g);
+            __m256i& dot = g < 4 ? dot0[r] : dot1[r];
+            dot = _mm256_add_epi32(dot, _mm256_add_epi32(_mm256_slli_epi32(dot4(hi, x, ones), 4), dot4(lo, x, ones)));
+          }
+        }
+      } else for (int j = 0; j < 4; ++j) {
         const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + j * 64 + side * 32));
         __m256i lo = _mm256_and_si256(raw, low4);
         __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);

@@ -1,0 +1,170 @@
+"""The real-text check: specdec and llama.cpp on the same K-quant files of the default model.
+
+    python scripts/llama_cpp_agreement.py --llama-python /path/to/venv/bin/python --out docs/bench/llama-cpp-agreement
+
+1. The default model's weights (its Q4_1 GGUF, dequantized) are written as an F16 GGUF with the
+   same metadata and tokenizer, and llama.cpp's own quantizer (`llama_model_quantize`) makes
+   Q4_K_M, Q5_K_M, Q6_K and Q8_0 files from it (hidden 576 is not a multiple of 256, so llama.cpp
+   puts Q5_0/Q5_1/Q8_0 where a K-quant cannot go: the files mix types as real ones do).
+2. Over `--prompts` dev prompts (shared/workloads/spec_bench_dev.jsonl, the first of each
+   category in turn), the sequence is the chat-templated prompt followed by specdec's greedy answer
+   (`--new-tokens`); both runtimes compute the logits of every position of that sequence
+   (teacher-forced, llama.cpp through llama-cpp-python in the given python).
+3. Per type: the share of positions where the two top-1 tokens agree, the largest |Δ logit|, and
+   whether every drafter's greedy output equals specdec's plain output on the first prompts.
+The last line of output is one JSON object; report.md and results.json go to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+TYPES = {"Q4_K_M": 15, "Q5_K_M": 17, "Q6_K": 18, "Q8_0": 7}
+DRAFTERS = ["ngram", "suffix", "early:8", "auto"]
+
+LLAMA_LOGITS = """
+import json, sys, numpy as np
+from llama_cpp import Llama
+path, seqs, out = sys.argv[1], json.load(open(sys.argv[2])), sys.argv[3]
+longest = max(len(s) for s in seqs)
+llm = Llama(path, n_ctx=longest + 8, n_batch=512, n_threads=2, logits_all=True, verbose=False)
+arrays = []
+for ids in seqs:
+    llm.reset()
+    llm.eval(ids)
+    arrays.append(np.array(llm.scores[: len(ids)], dtype=np.float32))
+np.savez(out, *arrays)
+"""
+
+QUANTIZE = """
+import sys, llama_cpp
+params = llama_cpp.llama_model_quantize_default_params()
+params.ftype = int(sys.argv[3])
+params.nthread = 2
+assert llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), params) == 0
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--llama-python", required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--models", type=Path, default=Path(tempfile.gettempdir()) / "specdec-agreement")
+    parser.add_argument("--prompts", type=int, default=12)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--greedy-prompts", type=int, default=3, help="prompts for the drafters' greedy check")
+    args = parser.parse_args()
+    from specdec.runtime.loading import builtin_gguf_path
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    args.models.mkdir(parents=True, exist_ok=True)
+    f16 = args.models / "smollm2-135m-F16.gguf"
+    if not f16.exists():
+        write_f16(builtin_gguf_path("smollm2-135m"), f16)
+    prompts = dev_prompts(args.prompts)
+    results = {}
+    for name, ftype in TYPES.items():
+        path = args.models / f"smollm2-135m-{name}.gguf"
+        if not path.exists():
+            subprocess.run([args.llama_python, "-c", QUANTIZE, str(f16), str(path), str(ftype)], check=True)
+        results[name] = compare(path, prompts, args)
+        print(name, json.dumps(results[name]), flush=True)
+    (args.out / "results.json").write_text(json.dumps(results, indent=2))
+    write_report(args.out / "report.md", results, args)
+    print(json.dumps(results))
+
+
+def write_f16(source: Path, out: Path) -> None:
+    """The GGUF at `source` with every quantized tensor dequantized to F16 (1-D ones F32), same metadata."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(source))
+    arch = reader.fields["general.architecture"].contents()
+    writer = gguf.GGUFWriter(str(out), arch)
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or key in ("general.architecture", "general.file_type"):
+            continue
+        value_type = field.types[0]
+        sub_type = field.types[1] if value_type == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(key, field.contents(), value_type, sub_type=sub_type)
+    for tensor in reader.tensors:
+        values = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
+        writer.add_tensor(tensor.name, values.astype(np.float16 if values.ndim > 1 else np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def dev_prompts(count: int) -> list[str]:
+    rows = [json.loads(line) for line in (ROOT.parent / "shared/workloads/spec_bench_dev.jsonl").read_text().splitlines()]
+    by_category: dict[str, list[str]] = {}
+    for row in rows:
+        by_category.setdefault(row["category"], []).append(row["turns"][0])
+    picked, i = [], 0
+    while len(picked) < count:
+        for prompts in by_category.values():
+            if i < len(prompts) and len(picked) < count:
+                picked.append(prompts[i])
+        i += 1
+    return picked
+
+
+def compare(path: Path, prompts: list[str], args) -> dict:
+    import torch
+
+    from specdec.drafters import build_drafters
+    from specdec.engine import Engine, GenerationConfig
+    from specdec.runtime import load_model
+
+    model = load_model(str(path))
+    config = GenerationConfig(max_new_tokens=args.new_tokens, gamma=4, ignore_eos=True)
+    seqs, identical = [], {}
+    for n, prompt in enumerate(prompts):
+        ids = Engine(model).encode(prompt)
+        plain = Engine(model).generate(ids, config)
+        seqs.append(ids + plain.token_ids)
+        if n < args.greedy_prompts:
+            for spec in DRAFTERS:
+                out = Engine(model, build_drafters(spec, model)).generate(ids, config)
+                identical[spec] = identical.get(spec, True) and out.token_ids == plain.token_ids
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "seqs.json").write_text(json.dumps(seqs))
+        subprocess.run([args.llama_python, "-c", LLAMA_LOGITS, str(path), str(Path(tmp) / "seqs.json"),
+                        str(Path(tmp) / "logits.npz")], check=True)
+        theirs = np.load(Path(tmp) / "logits.npz")
+        theirs = [theirs[f"arr_{i}"] for i in range(len(seqs))]
+    agree = total = 0
+    largest = 0.0
+    for ids, their in zip(seqs, theirs):
+        ours = model.net.forward(torch.tensor([ids]), model.net.new_cache(len(ids)))[0].numpy()  # [T, V]
+        agree += int((ours.argmax(-1) == their.argmax(-1)).sum())
+        total += len(ids)
+        largest = max(largest, float(np.abs(ours - their).max()))
+    return {"positions": total, "top1_agreement": round(agree / total, 4), "max_abs_logit_diff": round(largest, 3),
+            "weights": model.weights.summary(), "greedy_identical_to_plain": identical}
+
+
+def write_report(path: Path, results: dict, args) -> None:
+    lines = ["# specdec against llama.cpp on K-quant files of the default model", "",
+             f"SmolLM2-135M-Instruct written as F16, quantized by llama.cpp's `llama_model_quantize`; "
+             f"{args.prompts} dev prompts, each the chat-templated prompt and specdec's greedy answer of "
+             f"{args.new_tokens} tokens, teacher-forced through both (`scripts/llama_cpp_agreement.py`).", "",
+             "| type | positions | top-1 agreement | max abs logit diff | greedy with " + ", ".join(DRAFTERS) +
+             " = plain | layouts |", "|---|---:|---:|---:|---|---|"]
+    for name, r in results.items():
+        same = "yes" if all(r["greedy_identical_to_plain"].values()) else json.dumps(r["greedy_identical_to_plain"])
+        lines.append(f"| {name} | {r['positions']} | {r['top1_agreement']:.2%} | {r['max_abs_logit_diff']} | {same} | "
+                     f"{r['weights']} |")
+    path.write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
