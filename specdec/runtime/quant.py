@@ -1,8 +1,9 @@
 """Weight-only quantized linear layers, run as they are stored, with 8-bit activations.
 
-Weights are kept in codes per group of 32 inputs: 4-bit (`Int4Codes`, w = s·q + c, q in 0..15:
-GGUF's Q4_1 is s = d, c = m; Q4_0 is s = d, c = −8d) or 8-bit (`Int8Codes`, w = d·q: GGUF's Q8_0),
-scales and offsets in float16 as GGUF stores them. `QuantizedLinear` multiplies them with the
+Weights are kept packed (`QuantizedLinear.packed`) in one of the kernels' layouts: codes per block
+of 32 inputs with scales and offsets, w = s·u + c (a GGUF type's own, `FORMATS`; or from float
+weights, `Int4Codes`, w = s·q + c with q in 0..15 as Q4_1, and `Int8Codes`, w = d·q as Q8_0).
+`QuantizedLinear` multiplies them with the
 compiled kernel `quant_linear` (`runtime/kernels/quant_gemm.cpp`), which quantizes each input row
 in blocks of 32 to 8 bits (d = max|x|/127 per row and block, llama.cpp's recipe for Q4 × Q8_0),
 takes exact integer dot products per block (AVX-512 VNNI, or AVX2) and combines them in float32 in
