@@ -34,6 +34,7 @@ def main() -> None:
     parser.add_argument("--file", action="append", default=[], type=Path, help="an existing GGUF to measure too")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--cost-repeats", type=int, default=5, help="repeats of each T(k) pass (median)")
     parser.add_argument("--report-only", action="store_true", help="write report.md from results.jsonl, run nothing")
     parser.add_argument("--alpha", type=float, default=0.44,
                         help="acceptance for the prediction (default: ngram's on Spec-Bench, docs/bench/runtime-llama-cpp)")
@@ -56,7 +57,8 @@ def main() -> None:
         rows = {"specdec": [], "llama.cpp": []}
         for _ in range(args.repeats):
             for backend, python in (("llama.cpp", args.llama_python), ("specdec", sys.executable)):
-                rows[backend].append(bench(python, backend, path, ["--new-tokens", str(args.new_tokens)]))
+                rows[backend].append(bench(python, backend, path, ["--new-tokens", str(args.new_tokens),
+                                                                   "--repeats", str(args.cost_repeats)]))
         record = {"file": path.name, "size_mb": round(path.stat().st_size / 1e6), "first_load_s": first["load_s"],
                   **{b: summary(r) for b, r in rows.items()}}
         with results.open("a") as out:

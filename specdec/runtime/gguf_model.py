@@ -5,7 +5,7 @@
 (`pack_weights`): each linear layer's blocks are read from the file (one tensor at a time, so the
 memory held is the packed weights plus one tensor) and packed by the compiled `pack_gguf` into the
 kernels' layout for its type (`quant.FORMATS`), and the result is kept beside the metadata
-(`packed_file`, about the GGUF's size); later loads memory-map it and start at once. Exactly: the weights the layer multiplies by are
+(`packed_file`, about the GGUF's size, in its own subfolder); later loads memory-map it and start at once. Exactly: the weights the layer multiplies by are
 the file's, as `gguf.quants.dequantize` computes them. Fused layers (q/k/v, gate/up) whose parts
 have different types take the layout that holds them all exactly (Q4_K beside Q6_K: Q6_K's), or
 float32 where none does. The token table stays quantized (`QuantizedEmbedding`: rows dequantized as
@@ -105,7 +105,7 @@ def packed_file(folder: Path) -> Path:
     layout or a decoder packs again."""
     kernels = Path(__file__).with_name("kernels")
     digest = hashlib.sha256(b"".join((kernels / name).read_bytes() for name in LAYOUT_SOURCES)).hexdigest()[:12]
-    return folder / f"packed-{digest}.safetensors"
+    return folder / "packed" / f"{digest}.safetensors"  # a folder of its own: not a checkpoint's shard
 
 
 def pack_weights(path: Path, config: ModelConfig) -> tuple[dict[str, torch.Tensor], dict[str, list[str]]]:
@@ -170,6 +170,7 @@ def _write_packed(cache: Path, state: dict[str, torch.Tensor], plan: dict[str, l
 
     staging = cache.with_name(cache.name + f".{os.getpid()}.partial")
     try:
+        cache.parent.mkdir(exist_ok=True)
         save_file({k: v.contiguous() for k, v in state.items()}, str(staging), metadata={"plan": json.dumps(plan)})
         staging.rename(cache)
     except OSError as err:

@@ -37,12 +37,12 @@ TILE = 16  # the kernel's outputs per tile: a layer's output size must be a mult
 FLOAT_GGUF_TYPES = ("F32", "F16", "BF16")
 # GGUF type -> the kernels' packed layout that holds it exactly (ids of kernels/quant_formats.h)
 # ("affine8" is no GGUF type: the layout of Q8_0 beside other per-block types in one layer)
-FORMATS = {"Q4_0": 0, "Q4_1": 0, "Q5_0": 1, "Q5_1": 1, "Q4_K": 2, "Q2_K": 3, "Q3_K": 3, "Q5_K": 4, "Q6_K": 5,
-           "Q8_0": 6, "affine8": 7}
+FORMATS = {"Q4_1": 0, "Q5_0": 1, "Q5_1": 1, "Q4_K": 2, "Q2_K": 3, "Q3_K": 3, "Q5_K": 4, "Q6_K": 5,
+           "Q8_0": 6, "affine8": 7, "Q4_0": 8}
 # per layout id: (kind, code bits, inputs per scale); a layout holds another of its kind exactly when
 # its codes are at least as wide and its scale groups at most as long
 LAYOUTS = {0: ("block", 4, 32), 1: ("block", 6, 32), 2: ("super", 4, 32), 3: ("super", 4, 16), 4: ("super", 6, 32),
-           5: ("super", 6, 16), 6: ("q8", 8, 32), 7: ("block", 8, 32)}
+           5: ("super", 6, 16), 6: ("q8", 8, 32), 7: ("block", 8, 32), 8: ("block", 4, 32)}
 
 
 @dataclass

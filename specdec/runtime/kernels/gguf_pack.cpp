@@ -229,7 +229,7 @@ torch::Tensor pack_gguf(const std::vector<torch::Tensor>& raws, const std::vecto
                         const std::vector<torch::Tensor>& orders, int64_t format_id) {
   TORCH_CHECK(!raws.empty() && raws.size() == types.size() && raws.size() == orders.size(),
               "pack_gguf: one type and one order per tensor");
-  TORCH_CHECK(format_id >= 0 && format_id <= static_cast<int64_t>(Format::kBlock8), "pack_gguf: unknown format ", format_id);
+  TORCH_CHECK(format_id >= 0 && format_id <= static_cast<int64_t>(Format::kSym4), "pack_gguf: unknown format ", format_id);
   const Format format = static_cast<Format>(format_id);
   std::vector<const GgufType*> kinds;
   std::vector<bool> affine;  // Q8_0 read as unsigned codes with an offset
@@ -273,7 +273,7 @@ torch::Tensor pack_gguf(const std::vector<torch::Tensor>& raws, const std::vecto
 }
 
 // The weights of a packed tensor, rows `rows` ([R] int64; every output when empty), as float32
-// [R, K]: w = s * u + c (or s * q) computed exactly and rounded once — what gguf's dequantization
+// [R, K]: w = s * u + c (or s * (u - Z)) computed exactly and rounded once — what gguf's dequantization
 // computes from the same blocks. Also the embedding lookup of a quantized token table.
 torch::Tensor dequantize_packed(torch::Tensor packed, torch::Tensor rows) {
   const Format format = specdec::format_of(packed);
@@ -295,18 +295,12 @@ torch::Tensor dequantize_packed(torch::Tensor packed, torch::Tensor rows) {
       specdec::dispatch_format(format, [&](auto tag) {
         using F = typename decltype(tag)::type;
         for (int64_t b = 0; b < blocks; ++b) {
-          if constexpr (std::is_void_v<F>) {
-            const uint8_t* blk = tile + b * specdec::kQ8UnitBytes;
-            const double s = static_cast<float>(reinterpret_cast<const c10::Half*>(blk + 512)[lane]);
-            for (int j = 0; j < kBlock; ++j)
-              w[b * kBlock + j] = static_cast<float>(s * static_cast<int8_t>(blk[(j / 4) * 64 + lane * 4 + j % 4]));
-          } else {
-            const uint8_t* blk = specdec::block_of<F>(tile, b);
-            float s[2], c[2];
-            specdec::affine_params<F>(tile, b, lane, s, c);
-            for (int j = 0; j < kBlock; ++j)
-              w[b * kBlock + j] = static_cast<float>(static_cast<double>(s[j / 16]) * specdec::affine_code<F::kBits>(blk, lane, j) +
-                                                     static_cast<double>(c[j / 16]));
+          const uint8_t* blk = specdec::block_of<F>(tile, b);
+          float s[2], c[2];
+          specdec::affine_params<F>(tile, b, lane, s, c);
+          for (int j = 0; j < kBlock; ++j) {
+            const int u = specdec::affine_code<F::kBits>(blk, lane, j) - F::kZero;
+            w[b * kBlock + j] = static_cast<float>(static_cast<double>(s[j / 16]) * u + static_cast<double>(c[j / 16]));
           }
         }
       });

@@ -17,7 +17,6 @@ namespace specdec {
 constexpr int kTile = 16;   // outputs per tile
 constexpr int kBlock = 32;  // inputs per block
 constexpr int kSuperBlocks = 8;  // blocks per super-block (256 inputs, as K-quants)
-constexpr int64_t kQ8UnitBytes = 512 + 32 + 64;
 
 // Format ids, shared with Python (runtime/quant.py FORMATS).
 enum class Format : int {
@@ -27,23 +26,29 @@ enum class Format : int {
   kSuper4G16 = 3, // 4-bit codes, per 16 (Q2_K, Q3_K)
   kSuper6G32 = 4, // 6-bit codes, per 32 (Q5_K)
   kSuper6G16 = 5, // 6-bit codes, per 16 (Q6_K)
-  kQ8 = 6,        // signed 8-bit codes, float16 scale per block (Q8_0)
+  kQ8 = 6,        // 8-bit codes q + 128, float16 scale per block (Q8_0)
   kBlock8 = 7,    // 8-bit codes, float16 scale and offset per block (Q8_0 beside Q4_x/Q5_x in one layer)
+  kSym4 = 8,      // 4-bit codes q + 8, float16 scale per block (Q4_0)
 };
 
-template <int BITS, int GROUP, bool SUPER>
+// SYM: no stored offset; the codes are q + Z (Z = 2^(BITS-1)) and w = s (u - Z).
+template <int BITS, int GROUP, bool SUPER, bool SYM = false>
 struct Affine {
   static_assert(BITS == 4 || BITS == 6 || (BITS == 8 && !SUPER), "affine codes are 4 or 6 bits (8: per block)");
   static constexpr int kBits = BITS;
   static constexpr int kHalves = 32 / GROUP;  // scale groups per block
   static constexpr bool kSuper = SUPER;
+  static constexpr bool kSym = SYM;
+  static constexpr int kZero = SYM ? 1 << (BITS - 1) : 0;
   static constexpr int64_t kCodeBytes = BITS == 4 ? 256 : BITS == 6 ? 384 : 512;  // 6-bit: nibbles, then 2-bit planes
-  static constexpr int64_t kBlockBytes = kCodeBytes + (SUPER ? 32 * kHalves : 64);
+  static constexpr int64_t kBlockBytes = kCodeBytes + (SUPER ? 32 * kHalves : SYM ? 32 : 64);
   static constexpr int64_t kUnitBytes = SUPER ? 64 + kSuperBlocks * kBlockBytes : kBlockBytes;
 };
 using Block4 = Affine<4, 32, false>;
 using Block6 = Affine<6, 32, false>;
 using Block8 = Affine<8, 32, false>;
+using Sym4 = Affine<4, 32, false, true>;
+using Sym8 = Affine<8, 32, false, true>;
 using Super4G32 = Affine<4, 32, true>;
 using Super4G16 = Affine<4, 16, true>;
 using Super6G32 = Affine<6, 32, true>;
@@ -54,7 +59,7 @@ struct Tag {
   using type = T;
 };
 
-// f(Tag<F>{}) with F the format's Affine type, or void for Q8_0.
+// f(Tag<F>{}) with F the format's Affine type.
 template <class Fn>
 void dispatch_format(Format format, Fn&& f) {
   switch (format) {
@@ -64,25 +69,22 @@ void dispatch_format(Format format, Fn&& f) {
     case Format::kSuper4G16: f(Tag<Super4G16>{}); break;
     case Format::kSuper6G32: f(Tag<Super6G32>{}); break;
     case Format::kSuper6G16: f(Tag<Super6G16>{}); break;
-    case Format::kQ8: f(Tag<void>{}); break;
+    case Format::kQ8: f(Tag<Sym8>{}); break;
     case Format::kBlock8: f(Tag<Block8>{}); break;
+    case Format::kSym4: f(Tag<Sym4>{}); break;
   }
-}
-
-template <class F>
-constexpr int64_t unit_bytes() {
-  if constexpr (std::is_void_v<F>) return kQ8UnitBytes;
-  else return F::kUnitBytes;
 }
 
 inline int64_t unit_bytes(Format format) {
   int64_t bytes = 0;
-  dispatch_format(format, [&](auto tag) { bytes = unit_bytes<typename decltype(tag)::type>(); });
+  dispatch_format(format, [&](auto tag) { bytes = decltype(tag)::type::kUnitBytes; });
   return bytes;
 }
 
 inline bool is_super(Format format) {
-  return format != Format::kBlock4 && format != Format::kBlock6 && format != Format::kBlock8 && format != Format::kQ8;
+  bool super = false;
+  dispatch_format(format, [&](auto tag) { super = decltype(tag)::type::kSuper; });
+  return super;
 }
 
 inline int64_t blocks_per_unit(Format format) { return is_super(format) ? kSuperBlocks : 1; }
@@ -90,7 +92,7 @@ inline int64_t blocks_per_unit(Format format) { return is_super(format) ? kSuper
 // The format of a packed tensor [N/16, units, unit bytes]: the unit size names it.
 inline Format format_of(const torch::Tensor& packed) {
   TORCH_CHECK(packed.dtype() == torch::kUInt8 && packed.dim() == 3 && packed.is_contiguous(), "quant_linear: bad packing");
-  for (int id = 0; id <= static_cast<int>(Format::kBlock8); ++id)
+  for (int id = 0; id <= static_cast<int>(Format::kSym4); ++id)
     if (unit_bytes(static_cast<Format>(id)) == packed.size(2)) return static_cast<Format>(id);
   TORCH_CHECK(false, "quant_linear: bad packing (unit of ", packed.size(2), " bytes)");
 }
@@ -135,13 +137,13 @@ inline void affine_params(const uint8_t* tile, int64_t b, int lane, float* s, fl
   } else {
     const c10::Half* half = reinterpret_cast<const c10::Half*>(params);
     s[0] = s[1] = static_cast<float>(half[lane]);
-    c[0] = c[1] = static_cast<float>(half[kTile + lane]);
+    c[0] = c[1] = F::kSym ? 0.f : static_cast<float>(half[kTile + lane]);  // symmetric: w = s (u - Z) instead
   }
 }
 
 // One output row in a format-neutral form, what a packer writes from.
 struct DecodedRow {
-  std::vector<uint8_t> codes;     // [K]: unsigned codes, or Q8_0's int8 codes as bytes
+  std::vector<uint8_t> codes;     // [K]: unsigned codes (Q4_0: q + 8), or Q8_0's int8 codes as bytes
   std::vector<c10::Half> scale;   // [K/32] per-block scale (per-block formats and Q8_0)
   std::vector<c10::Half> offset;  // [K/32] per-block offset (per-block formats)
   std::vector<c10::Half> d, m;    // [K/256] super-block scales (super-block formats)
@@ -168,52 +170,39 @@ inline torch::Tensor pack_rows(Format format, int64_t n, int64_t k, const RowSou
       dispatch_format(format, [&](auto tag) {
         using F = typename decltype(tag)::type;
         for (int64_t b = 0; b < blocks; ++b) {
-          uint8_t* blk;
-          if constexpr (std::is_void_v<F>) blk = tile + b * kQ8UnitBytes;
-          else blk = const_cast<uint8_t*>(block_of<F>(tile, b));
+          uint8_t* blk = const_cast<uint8_t*>(block_of<F>(tile, b));
           for (int lane = 0; lane < kTile; ++lane) {
             const DecodedRow& row = rows[lane];
             const uint8_t* q = row.codes.data() + b * kBlock;
-            if constexpr (std::is_void_v<F>) {
-              int32_t total = 0;
-              for (int i = 0; i < kBlock; ++i) {
-                blk[(i / 4) * 64 + lane * 4 + i % 4] = q[i];
-                total += static_cast<int8_t>(q[i]);
+            for (int i = 0; i < kBlock; ++i) {
+              if (q[i] >= (1 << F::kBits) && !(F::kSym && F::kBits == 8)) too_large = true;
+              if constexpr (F::kBits == 8) {  // Q8_0's signed codes stored as q + 128
+                blk[(i / 4) * 64 + lane * 4 + i % 4] = F::kSym ? static_cast<uint8_t>(static_cast<int8_t>(q[i]) + 128) : q[i];
+                continue;
               }
-              reinterpret_cast<c10::Half*>(blk + 512)[lane] = row.scale[b];
-              const int32_t correction = 128 * total;
-              std::memcpy(blk + 512 + 32 + 4 * lane, &correction, 4);
+              const int j = (i % 16) / 4;
+              blk[j * 64 + lane * 4 + i % 4] |= static_cast<uint8_t>(i < 16 ? q[i] & 0x0F : (q[i] & 0x0F) << 4);
+              if constexpr (F::kBits == 6) {
+                const int shift = 4 * (j % 2) + (i < 16 ? 0 : 2);
+                blk[256 + (j / 2) * 64 + lane * 4 + i % 4] |= static_cast<uint8_t>(((q[i] >> 4) & 3) << shift);
+              }
+            }
+            uint8_t* params = blk + F::kCodeBytes;
+            if constexpr (F::kSuper) {
+              if (b % kSuperBlocks == 0) {
+                c10::Half* header = reinterpret_cast<c10::Half*>(tile + (b / kSuperBlocks) * F::kUnitBytes);
+                header[lane] = row.d[b / kSuperBlocks];
+                header[kTile + lane] = row.m[b / kSuperBlocks];
+              }
+              for (int g = 0; g < F::kHalves; ++g) {
+                params[32 * g + lane] = static_cast<uint8_t>(row.sc[2 * b + g]);
+                params[32 * g + 16 + lane] = static_cast<uint8_t>(row.mn[2 * b + g]);
+              }
+              if (F::kHalves == 1 && (row.sc[2 * b] != row.sc[2 * b + 1] || row.mn[2 * b] != row.mn[2 * b + 1]))
+                uneven = true;
             } else {
-              for (int i = 0; i < kBlock; ++i) {
-                if (q[i] >= (1 << F::kBits)) too_large = true;
-                if constexpr (F::kBits == 8) {
-                  blk[(i / 4) * 64 + lane * 4 + i % 4] = q[i];
-                  continue;
-                }
-                const int j = (i % 16) / 4;
-                blk[j * 64 + lane * 4 + i % 4] |= static_cast<uint8_t>(i < 16 ? q[i] & 0x0F : (q[i] & 0x0F) << 4);
-                if constexpr (F::kBits == 6) {
-                  const int shift = 4 * (j % 2) + (i < 16 ? 0 : 2);
-                  blk[256 + (j / 2) * 64 + lane * 4 + i % 4] |= static_cast<uint8_t>(((q[i] >> 4) & 3) << shift);
-                }
-              }
-              uint8_t* params = blk + F::kCodeBytes;
-              if constexpr (F::kSuper) {
-                if (b % kSuperBlocks == 0) {
-                  c10::Half* header = reinterpret_cast<c10::Half*>(tile + (b / kSuperBlocks) * F::kUnitBytes);
-                  header[lane] = row.d[b / kSuperBlocks];
-                  header[kTile + lane] = row.m[b / kSuperBlocks];
-                }
-                for (int g = 0; g < F::kHalves; ++g) {
-                  params[32 * g + lane] = static_cast<uint8_t>(row.sc[2 * b + g]);
-                  params[32 * g + 16 + lane] = static_cast<uint8_t>(row.mn[2 * b + g]);
-                }
-                if (F::kHalves == 1 && (row.sc[2 * b] != row.sc[2 * b + 1] || row.mn[2 * b] != row.mn[2 * b + 1]))
-                  uneven = true;
-              } else {
-                reinterpret_cast<c10::Half*>(params)[lane] = row.scale[b];
-                reinterpret_cast<c10::Half*>(params)[kTile + lane] = row.offset[b];
-              }
+              reinterpret_cast<c10::Half*>(params)[lane] = row.scale[b];
+              if constexpr (!F::kSym) reinterpret_cast<c10::Half*>(params)[kTile + lane] = row.offset[b];
             }
           }
         }

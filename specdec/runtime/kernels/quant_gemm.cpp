@@ -9,8 +9,8 @@
 //   I = sum(u * xq) is exact, then in float32: with one group per block t = c * X; t = fma(s, I, t);
 //   with two (G = 16, halves h = 0, 1) t = c0 * X0; t = fma(s0, I0, t); t = fma(c1, X1, t);
 //   t = fma(s1, I1, t); and acc = fma(t, d, acc);
-// - Q8_0 weights: signed codes q in [-128, 127] with a float16 scale s (w = s * q). I = sum(q * xq)
-//   exact, then t = s * I; acc = fma(t, d, acc);
+// - symmetric weights (Q4_0, Q8_0): codes u = q + Z (Z = 8 or 128) with a float16 scale s, no
+//   offset (w = s * (u - Z)): t = s * (I - Z * X), the integer exact; acc = fma(t, d, acc);
 // - blocks in ascending order.
 // So every output of every row is computed by one recipe whatever the number of rows, the tile or
 // the thread, and the AVX-512 VNNI, AVX2 and scalar paths give the same bits (the integer dots are
@@ -24,14 +24,14 @@
 //   those of inputs 4j + i, 16 + 4j + i for j = 2p, then for j = 2p + 1): 384 bytes.
 // Formats (the unit size names the format):
 // - 8-bit: 8 chunks (chunk g: u[n, 4g .. 4g+3]), for Q8_0 beside other per-block types in one layer.
-// - per-block affine (Q4_0, Q4_1: 4-bit; Q5_0, Q5_1: 6-bit; mixes with Q8_0: 8-bit): codes, 16
-//   float16 s, 16 float16 c: 320 / 448 / 576 bytes;
+// - per-block affine (Q4_1 and Q4_0 beside it: 4-bit; Q5_0, Q5_1: 6-bit; Q8_0 beside others:
+//   8-bit): codes, 16 float16 s, 16 float16 c: 320 / 448 / 576 bytes;
+// - per-block symmetric (Q4_0: 4-bit, Q8_0: 8-bit): codes, 16 float16 s: 288 / 544 bytes — the
+//   size of the file's blocks;
 // - super-block affine (K-quants): a header of 16 float16 d and 16 float16 m, then 8 blocks of
 //   codes, G-groups' int8 sc[16] and int8 mn[16] (group h of the block at codes + 32h); s = d * sc
 //   and c = m * mn, both exact in float32: Q4_K 4-bit G 32 (2368 bytes), Q2_K and Q3_K 4-bit G 16
-//   (2624), Q5_K 6-bit G 32 (3392), Q6_K 6-bit G 16 (3648);
-// - Q8_0: 8 chunks, 16 float16 scales, 16 int32 128 * sum(q) (VNNI multiplies unsigned by signed
-//   bytes, so it takes xq + 128 and subtracts this): 608 bytes.
+//   (2624), Q5_K 6-bit G 32 (3392), Q6_K 6-bit G 16 (3648).
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <c10/util/Half.h>
@@ -52,20 +52,17 @@ namespace {
 
 using specdec::kBlock;
 using specdec::kTile;
-using specdec::kQ8UnitBytes;
 
 struct Activations {  // x [M, K] quantized per row in blocks of 32
   std::vector<int8_t> q;     // [M, K] in [-127, 127]
-  std::vector<uint8_t> u;    // [M, K] q + 128 (VNNI's unsigned operand, for Q8_0 weights), or empty
   std::vector<float> scale;  // [M, K/32]
   std::vector<float> sum;    // [M, K/32], sum of the block's codes (an integer, exact in float)
   std::vector<float> half;   // [M, K/16], sums of each half block's codes
 };
 
-Activations quantize_rows(const float* x, int64_t rows, int64_t k, bool with_unsigned) {
+Activations quantize_rows(const float* x, int64_t rows, int64_t k) {
   const int64_t blocks = k / kBlock;
-  Activations a{std::vector<int8_t>(rows * k), std::vector<uint8_t>(with_unsigned ? rows * k : 0),
-                std::vector<float>(rows * blocks), std::vector<float>(rows * blocks),
+  Activations a{std::vector<int8_t>(rows * k), std::vector<float>(rows * blocks), std::vector<float>(rows * blocks),
                 std::vector<float>(rows * blocks * 2)};
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t b = 0; b < blocks; ++b) {
@@ -79,7 +76,6 @@ Activations quantize_rows(const float* x, int64_t rows, int64_t k, bool with_uns
       for (int i = 0; i < kBlock; ++i) {
         const int8_t q = static_cast<int8_t>(std::min(std::max(std::nearbyint(v[i] * inv), -127.f), 127.f));
         a.q[at + i] = q;
-        if (with_unsigned) a.u[at + i] = static_cast<uint8_t>(q + 128);
         halves[i / 16] += q;
       }
       a.scale[r * blocks + b] = d;
@@ -176,12 +172,15 @@ void affine_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int6
       }
     } else {
       s0 = half_to_ps(params);
-      c0 = half_to_ps(params + 32);
+      if constexpr (!F::kSym) c0 = half_to_ps(params + 32);
     }
     for (int r = 0; r < R; ++r) {
       const int64_t at = (row0 + r) * blocks + b;
       __m512 t;
-      if constexpr (F::kHalves == 1) {
+      if constexpr (F::kSym) {  // t = s (I - Z X), the integer exact
+        const __m512i zero = _mm512_set1_epi32(F::kZero * static_cast<int32_t>(a.sum[at]));
+        t = _mm512_mul_ps(s0, _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_add_epi32(dot0[r], dot1[r]), zero)));
+      } else if constexpr (F::kHalves == 1) {
         const __m512i dot = _mm512_add_epi32(dot0[r], dot1[r]);
         t = _mm512_fmadd_ps(s0, _mm512_cvtepi32_ps(dot), _mm512_mul_ps(c0, _mm512_set1_ps(a.sum[at])));
       } else {
@@ -195,35 +194,7 @@ void affine_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int6
   for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + (row0 + r) * n + n0, acc[r]);
 }
 
-// Rows against one tile of Q8_0 weights (signed codes: VNNI takes the rows as xq + 128).
-template <int R>
-void q8_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t k, int64_t row0, float* out,
-             int64_t n, int64_t n0, const uint8_t* ahead) {
-  __m512 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t* blk = tile + b * kQ8UnitBytes;
-    if (ahead != nullptr && row0 == 0) prefetch_unit(ahead + b * kQ8UnitBytes, kQ8UnitBytes);
-    const int64_t first = row0 * k + b * kBlock;
-    __m512i dot[R];
-    for (int r = 0; r < R; ++r) dot[r] = _mm512_setzero_si512();
-    for (int g = 0; g < 8; ++g) {
-      const __m512i w = _mm512_loadu_si512(blk + g * 64);
-      for (int r = 0; r < R; ++r)
-        dot[r] = _mm512_dpbusd_epi32(dot[r], broadcast4(a.u.data() + first + r * k + 4 * g), w);
-    }
-    const __m512i correction = _mm512_loadu_si512(blk + 512 + 32);  // 128 * sum(q) per output
-    const __m512 s = half_to_ps(blk + 512);
-    for (int r = 0; r < R; ++r) {
-      const int64_t at = (row0 + r) * blocks + b;
-      const __m512 t = _mm512_mul_ps(s, _mm512_cvtepi32_ps(_mm512_sub_epi32(dot[r], correction)));
-      acc[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(a.scale[at]), acc[r]);
-    }
-  }
-  for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + (row0 + r) * n + n0, acc[r]);
-}
 constexpr int kRowChunk = 8;
-constexpr bool kUnsignedRows = true;  // Q8_0 weights read the rows as unsigned bytes (Activations::u)
 
 #elif SPECDEC_QGEMM_AVX2
 inline __m256i broadcast4(const int8_t* p) {
@@ -307,12 +278,15 @@ void affine_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int6
         }
       } else {
         s0 = half_to_ps(params + 16 * side);
-        c0 = half_to_ps(params + 32 + 16 * side);
+        if constexpr (!F::kSym) c0 = half_to_ps(params + 32 + 16 * side);
       }
       for (int r = 0; r < R; ++r) {
         const int64_t at = (row0 + r) * blocks + b;
         __m256 t;
-        if constexpr (F::kHalves == 1) {
+        if constexpr (F::kSym) {
+          const __m256i zero = _mm256_set1_epi32(F::kZero * static_cast<int32_t>(a.sum[at]));
+          t = _mm256_mul_ps(s0, _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_add_epi32(dot0[r], dot1[r]), zero)));
+        } else if constexpr (F::kHalves == 1) {
           const __m256i dot = _mm256_add_epi32(dot0[r], dot1[r]);
           t = _mm256_fmadd_ps(s0, _mm256_cvtepi32_ps(dot), _mm256_mul_ps(c0, _mm256_set1_ps(a.sum[at])));
         } else {
@@ -327,37 +301,7 @@ void affine_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int6
   }
 }
 
-template <int R>
-void q8_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t k, int64_t row0, float* out,
-             int64_t n, int64_t n0, const uint8_t* ahead) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  for (int side = 0; side < 2; ++side) {
-    __m256 acc[R];
-    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < blocks; ++b) {
-      const uint8_t* blk = tile + b * kQ8UnitBytes;
-      if (ahead != nullptr && row0 == 0 && side == 0) prefetch_unit(ahead + b * kQ8UnitBytes, kQ8UnitBytes);
-      const int8_t* x0 = a.q.data() + row0 * k + b * kBlock;
-      __m256i dot[R];
-      for (int r = 0; r < R; ++r) dot[r] = _mm256_setzero_si256();
-      for (int g = 0; g < 8; ++g) {  // |w| * (x with w's sign): pairs stay within int16 (2 * 128 * 127)
-        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + g * 64 + side * 32));
-        const __m256i magnitude = _mm256_abs_epi8(w);
-        for (int r = 0; r < R; ++r)
-          dot[r] = _mm256_add_epi32(dot[r], dot4(magnitude, _mm256_sign_epi8(broadcast4(x0 + r * k + 4 * g), w), ones));
-      }
-      const __m256 s = half_to_ps(blk + 512 + side * 16);
-      for (int r = 0; r < R; ++r) {
-        const int64_t at = (row0 + r) * blocks + b;
-        const __m256 t = _mm256_mul_ps(s, _mm256_cvtepi32_ps(dot[r]));
-        acc[r] = _mm256_fmadd_ps(t, _mm256_set1_ps(a.scale[at]), acc[r]);
-      }
-    }
-    for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + (row0 + r) * n + n0 + 8 * side, acc[r]);
-  }
-}
 constexpr int kRowChunk = 4;
-constexpr bool kUnsignedRows = false;
 
 #else
 // The portable path: the same recipe one output at a time.
@@ -377,7 +321,9 @@ void affine_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int6
         specdec::affine_params<F>(tile, b, lane, s, c);
         const int64_t at = (row0 + r) * blocks + b;
         float t;
-        if constexpr (F::kHalves == 1) {
+        if constexpr (F::kSym) {
+          t = s[0] * static_cast<float>(dot[0] + dot[1] - F::kZero * static_cast<int32_t>(a.sum[at]));
+        } else if constexpr (F::kHalves == 1) {
           t = std::fma(s[0], static_cast<float>(dot[0] + dot[1]), c[0] * a.sum[at]);
         } else {
           t = std::fma(s[0], static_cast<float>(dot[0]), c[0] * a.half[2 * at]);
@@ -390,39 +336,16 @@ void affine_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int6
     }
 }
 
-template <int R>
-void q8_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t k, int64_t row0, float* out,
-             int64_t n, int64_t n0, const uint8_t* ahead) {
-  (void)ahead;
-  for (int r = 0; r < R; ++r)
-    for (int lane = 0; lane < kTile; ++lane) {
-      float acc = 0.f;
-      for (int64_t b = 0; b < blocks; ++b) {
-        const uint8_t* blk = tile + b * kQ8UnitBytes;
-        const int8_t* xb = a.q.data() + (row0 + r) * k + b * kBlock;
-        int32_t dot = 0;
-        for (int i = 0; i < kBlock; ++i) dot += static_cast<int8_t>(blk[(i / 4) * 64 + lane * 4 + i % 4]) * xb[i];
-        const float s = static_cast<float>(reinterpret_cast<const c10::Half*>(blk + 512)[lane]);
-        const float t = s * static_cast<float>(dot);
-        acc = std::fma(t, a.scale[(row0 + r) * blocks + b], acc);
-      }
-      out[(row0 + r) * n + n0 + lane] = acc;
-    }
-}
 constexpr int kRowChunk = 1;
-constexpr bool kUnsignedRows = false;
 #endif
 
 // Rows [first, end) against one tile: chunks of R rows, then the rest in chunks of R/2, R/4, ...
-// (the per-row arithmetic is the same in every chunk). F: an affine format, or void for Q8_0.
+// (the per-row arithmetic is the same in every chunk).
 template <class F, int R = kRowChunk>
 void tile_all_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t k, int64_t first, int64_t end,
                    float* out, int64_t n, int64_t n0, const uint8_t* ahead) {
   int64_t r = first;
-  for (; r + R <= end; r += R) {
-    if constexpr (std::is_void_v<F>) q8_rows<R>(tile, blocks, a, k, r, out, n, n0, ahead);
-    else affine_rows<F, R>(tile, blocks, a, k, r, out, n, n0, ahead);
-  }
+  for (; r + R <= end; r += R) affine_rows<F, R>(tile, blocks, a, k, r, out, n, n0, ahead);
   if constexpr (R > 1) {
     if (r < end) tile_all_rows<F, R / 2>(tile, blocks, a, k, r, end, out, n, n0, ahead);
   }
@@ -454,7 +377,7 @@ torch::Tensor quant_linear(torch::Tensor x, torch::Tensor packed) {
   const int64_t n = tiles * kTile;
   auto out = torch::empty({rows, n}, x.options());
   if (rows == 0) return out;
-  const Activations a = quantize_rows(x.data_ptr<float>(), rows, k, format == specdec::Format::kQ8 && kUnsignedRows);
+  const Activations a = quantize_rows(x.data_ptr<float>(), rows, k);
   const uint8_t* pw = packed.data_ptr<uint8_t>();
   float* po = out.data_ptr<float>();
   const int64_t tile_bytes = packed.size(1) * packed.size(2);
