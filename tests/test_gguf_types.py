@@ -21,11 +21,6 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import torch
@@ -33,7 +28,7 @@ import torch
 from specdec.errors import ModelLoadError
 from specdec.runtime.gguf_synthetic import SHAPES, Shape, random_blocks, write_gguf
 from specdec.runtime.quant import QuantizedLinear, gguf_format, pack_gguf_tensors
-from tests.test_quantized import check_layer_recipe
+from tests.kernel_checks import check_layer_recipe, on_generic_build
 
 TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
 ROWS, INPUTS = 48, 512
@@ -118,14 +113,9 @@ def fixed_outputs() -> list[list[float]]:
 
 
 def test_generic_build_gives_the_same_bits():
-    env = {**os.environ, "SPECDEC_KERNEL_ISA": "generic"}
-    code = ("import json; from tests.test_gguf_types import fixed_outputs, row_mismatches, TYPES; "
-            "from specdec.runtime.kernels import invariant_kernels; "
-            "print(json.dumps([invariant_kernels().quant_linear_path(), [row_mismatches(t) for t in TYPES], fixed_outputs()]))")
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600,
-                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    assert done.returncode == 0, done.stderr[-2000:]
-    path, mismatches, outputs = json.loads(done.stdout.strip().splitlines()[-1])
+    path, mismatches, outputs = on_generic_build(
+        "from tests.test_gguf_types import fixed_outputs, row_mismatches, TYPES; "
+        "result = [[row_mismatches(t) for t in TYPES], fixed_outputs()]")
     assert path == "avx2"
     assert mismatches == [0] * len(TYPES)
     assert outputs == fixed_outputs()

@@ -1,8 +1,8 @@
 """Quantized weights run as stored, and batch invariance: greedy speculation exact by construction.
 
 - GGUF blocks: the default model's Q4_1 and Q8_0 tensors, packed as stored, give back gguf's own
-  dequantization bit for bit (query rows un-permuted into the Hugging Face order); the same blocks
-  packed as another type do not (test_gguf_types.py does every type on random blocks).
+  dequantization bit for bit (query rows un-permuted into the Hugging Face order); Q4_1 blocks read
+  as Q4_0's do not (test_gguf_types.py does every type on random blocks).
 - Layers: on random rows each output equals the stated recipe (rows quantized to 8 bits per block of 32, exact
   integer dots, float32 combination) computed in float64 within float32 round-off (1e-5 relative
   to Σ|x̂||w|), and the float32 product with the exact weights within the rows' quantization error
@@ -22,11 +22,6 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import torch
@@ -35,8 +30,9 @@ from specdec.runtime import load_model
 from specdec.runtime.llama import Segment
 from specdec.runtime.loading import builtin_gguf_path
 from specdec.runtime.gguf_model import GgufTensors
-from specdec.runtime.quant import GROUP, QuantizedLinear, pack_gguf_tensors, quantize_int4, quantize_int8
+from specdec.runtime.quant import QuantizedLinear, pack_gguf_tensors, quantize_int4, quantize_int8
 from specdec.tree import TokenTree, tree_inputs
+from tests.kernel_checks import check_layer_recipe, on_generic_build
 
 pytestmark = pytest.mark.model
 CACHE_LENGTHS = (5, 40, 300)
@@ -85,33 +81,6 @@ def test_blocks_read_as_another_type_are_caught(gguf_tensors):
     as_q4_0 = raw.reshape(raw.shape[0], -1, 20)[:, :, 2:].reshape(raw.shape[0], -1).contiguous()  # drop m
     wrong = QuantizedLinear.from_packed(pack_gguf_tensors([as_q4_0], ["Q4_0"], [None], "Q4_0"), "Q4_0")
     assert not torch.equal(wrong.dequantized_weight(), _dequantized(gguf_tensors, name))
-
-
-def recipe(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The layer's stated arithmetic in float64 for rows x [M, K] and weights w [N, K]: (output, the
-    rows as quantized [M, K], the rows' quantization error bound per output [M, N])."""
-    m, k = x.shape
-    blocks = x.double().view(m, k // GROUP, GROUP)
-    scale = blocks.abs().amax(-1) / 127  # [M, K/32]
-    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
-    x_hat = ((blocks / safe[..., None]).round().clamp(-127, 127) * scale[..., None]).view(m, k)
-    w = w.double()  # [N, K]
-    w_abs_per_block = w.abs().view(w.shape[0], k // GROUP, GROUP).sum(-1)  # [N, K/32]
-    return x_hat @ w.T, x_hat, (scale / 2) @ w_abs_per_block.T
-
-
-def check_layer_recipe(layer: QuantizedLinear) -> None:
-    """Every output within float32 round-off (1e-5 relative to Σ|x̂||w|) of the recipe in float64, and
-    within the rows' quantization error of the exact product, which is visibly not skipped."""
-    w = layer.dequantized_weight()
-    x = torch.randn(9, layer.in_features, generator=torch.Generator().manual_seed(0))
-    got = layer(x).double()
-    want, x_hat, quantization = recipe(x, w)
-    round_off = 1e-5 * (x_hat.abs() @ w.double().abs().T)
-    assert ((got - want).abs() <= round_off).all()
-    exact = x.double() @ w.double().T
-    assert ((got - exact).abs() <= quantization + round_off).all()
-    assert ((got - exact).abs() > round_off).any()  # the rows' quantization is visible, not skipped
 
 
 @pytest.mark.parametrize("name", ["blk.3.ffn_down.weight", "blk.0.attn_v.weight"])
@@ -191,15 +160,9 @@ def test_negative_control_pytorch_attention_is_not_batch_invariant(monkeypatch):
 
 def test_generic_path_is_batch_invariant_too():
     """The kernels built for plain x86-64 with AVX2 (and torch's AVX2 kernels), in a fresh process."""
-    env = {**os.environ, "SPECDEC_KERNEL_ISA": "generic", "ATEN_CPU_CAPABILITY": "avx2"}
-    code = ("import json, torch; from tests.test_quantized import mismatched_rows, fixed_logits; "
-            "from specdec.runtime import load_model; from specdec.runtime.kernels import invariant_kernels; "
-            "net = load_model('smollm2-135m').net; "
-            "print(json.dumps([invariant_kernels().quant_linear_path(), mismatched_rows(net), fixed_logits(net)]))")
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600,
-                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    assert done.returncode == 0, done.stderr[-2000:]
-    path, mismatches, logits = json.loads(done.stdout.strip().splitlines()[-1])
+    path, mismatches, logits = on_generic_build(
+        "from tests.test_quantized import mismatched_rows, fixed_logits; from specdec.runtime import load_model; "
+        "net = load_model('smollm2-135m').net; result = [mismatched_rows(net), fixed_logits(net)]")
     assert path == "avx2"
     assert mismatches == 0
     assert logits == fixed_logits(load_model("smollm2-135m").net)  # the same bits as this machine's build
