@@ -31,7 +31,7 @@ from specdec.announce import announce
 from specdec.errors import ModelLoadError
 from specdec.runtime.config import ModelConfig
 from specdec.runtime.gguf_convert import read_gguf, unpermute_qk
-from specdec.runtime.llama import LlamaModel, rope_inverse_frequencies
+from specdec.runtime.llama import LlamaModel
 from specdec.runtime.packed_linear import pack_linears
 from specdec.runtime.quant import (
     FLOAT_GGUF_TYPES,
@@ -194,8 +194,7 @@ def _read_packed(cache: Path) -> tuple[dict[str, torch.Tensor], dict[str, list[s
 
 def _assemble(config: ModelConfig, state: dict[str, torch.Tensor], plan: dict[str, list[str]]) -> LlamaModel:
     """The network from the packed state: quantized and float linears as the plan says."""
-    with torch.device("meta"):
-        model = LlamaModel(config)
+    model = LlamaModel.on_meta(config)
     report = WeightReport()
 
     def linear(module: str) -> nn.Module:
@@ -230,7 +229,6 @@ def _assemble(config: ModelConfig, state: dict[str, torch.Tensor], plan: dict[st
         model.embed = nn.Embedding.from_pretrained(state["embed.weight"], freeze=True)
     else:
         model.embed = QuantizedEmbedding(state["embed.packed"])
-    model.inv_freq = rope_inverse_frequencies(config)
     model.weight_report = report
     pack_linears(model)  # float32 layers only (packed_linear.py)
     return model.eval()

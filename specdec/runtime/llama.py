@@ -57,9 +57,10 @@ class RMSNorm(nn.Module):
 def rope_inverse_frequencies(config: ModelConfig) -> torch.Tensor:
     """Inverse frequencies [D/2] for RoPE, with llama3 or linear scaling applied."""
     dim = config.head_dim
-    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    # on the CPU even inside a meta-device context (a meta arange would import torch._dynamo)
+    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float64, device="cpu") / dim))
     if config.rope_freq_factors is not None:  # as llama.cpp applies a GGUF's rope_freqs
-        factors = torch.tensor(config.rope_freq_factors, dtype=torch.float64)
+        factors = torch.tensor(config.rope_freq_factors, dtype=torch.float64, device="cpu")
         if factors.shape != inv_freq.shape:
             raise ModelLoadError(f"rope_freqs holds {factors.numel()} factors; the heads need {inv_freq.numel()}")
         inv_freq = inv_freq / factors
@@ -234,6 +235,22 @@ class LlamaModel(nn.Module):
         self.register_buffer("inv_freq", rope_inverse_frequencies(config), persistent=False)
         self.rope_table: torch.Tensor | None = None  # [P, 2, D]: cos and sin of positions [0, P)
         self._fused_weights: list[torch.Tensor] | None = None  # built on first use (after the weights are set)
+
+    @classmethod
+    def on_meta(cls, config: ModelConfig) -> "LlamaModel":
+        """The network with meta tensors, to be filled by assignment, built without running the layers'
+        initialisers (on meta tensors they go through torch's reference kernels, whose first use imports
+        torch._dynamo: about 2 s of every process's first load)."""
+        names = ("normal_", "uniform_", "kaiming_uniform_", "zeros_", "ones_")
+        saved = {name: getattr(nn.init, name) for name in names}
+        try:
+            for name in names:
+                setattr(nn.init, name, lambda tensor, *args, **kwargs: tensor)
+            with torch.device("meta"):
+                return cls(config)
+        finally:
+            for name, init in saved.items():
+                setattr(nn.init, name, init)
 
     def tie_weights(self) -> None:
         if self.config.tie_word_embeddings:

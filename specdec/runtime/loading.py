@@ -200,8 +200,7 @@ def load_lean(
     MKL-prepacked, int4, ...) and `weight_report` says which.
     Training code passes pack=False and gets plain float nn.Linear layers."""
     config = ModelConfig.from_hf(hf_config)
-    with torch.device("meta"):
-        model = LlamaModel(config)
+    model = LlamaModel.on_meta(config)
     state = _lean_state_dict(folder, config, device, dtype)
     missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
     missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
@@ -211,7 +210,7 @@ def load_lean(
             f"missing {missing[:5]}, unexpected {unexpected[:5]}"
         )
     model.tie_weights()
-    model.inv_freq = rope_inverse_frequencies(config).to(device)  # buffers built on meta hold no data
+    model.inv_freq = rope_inverse_frequencies(config).to(device)  # computed on the CPU; the model may be elsewhere
     model.weight_report = apply_weights(model, weights, from_gguf) if pack else None
     return model.eval()
 
