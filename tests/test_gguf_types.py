@@ -166,9 +166,10 @@ def test_small_files_of_real_shapes_load_and_generate(tmp_path, tokenizer_gguf, 
     assert Engine(again).generate(ids, settings).token_ids == plain.token_ids
 
 
-def test_unsupported_type_gets_one_line(tmp_path, tokenizer_gguf):
+def test_unsupported_type_gets_one_line(tmp_path):
     import gguf
 
+    from specdec.runtime.gguf_convert import hf_config, read_gguf
     from specdec.runtime.gguf_model import GgufTensors
 
     path = tmp_path / "iq.gguf"
@@ -179,8 +180,27 @@ def test_unsupported_type_gets_one_line(tmp_path, tokenizer_gguf):
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    with pytest.raises(ModelLoadError, match=r"blk\.0\.attn_q\.weight is stored as IQ2_XXS.*llama-quantize") as err:
-        GgufTensors(path)
+    for read in (GgufTensors, lambda p: hf_config(read_gguf(p), p)):  # the loader, and the first read of a file
+        with pytest.raises(ModelLoadError, match=r"blk\.0\.attn_q\.weight is stored as IQ2_XXS.*llama-quantize") as err:
+            read(path)
+        assert "\n" not in str(err.value)
+
+
+def test_a_file_without_its_metadata_gets_one_line(tmp_path):
+    import gguf
+
+    from specdec.runtime.gguf_convert import hf_config, read_gguf
+
+    path = tmp_path / "bare.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_tensor("blk.0.attn_q.weight", random_blocks("Q8_0", 16, 64, np.random.default_rng(0)),
+                      raw_shape=(16, 68), raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(ModelLoadError, match=r"bare\.gguf lacks the metadata field .*not a complete GGUF") as err:
+        hf_config(read_gguf(path), path)
     assert "\n" not in str(err.value)
 
 

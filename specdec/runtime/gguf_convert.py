@@ -107,14 +107,38 @@ def gguf_field(reader, key: str, default=None):
     return default if field is None else field.contents()
 
 
+def refuse_unsupported_types(reader, gguf_path: Path) -> None:
+    """One line naming the first tensor whose type the runtime does not run, and what to do."""
+    from specdec.runtime.quant import FLOAT_GGUF_TYPES, FORMATS
+
+    supported = [*(t for t in FORMATS if t.startswith("Q")), *FLOAT_GGUF_TYPES]
+    for tensor in reader.tensors:
+        if tensor.tensor_type.name not in supported:
+            raise ModelLoadError(
+                f"{gguf_path.name}: tensor {tensor.name} is stored as {tensor.tensor_type.name}, which specdec does not "
+                f"run (it runs {', '.join(sorted(supported))}); requantize the file with llama.cpp's llama-quantize "
+                "to one of these (Q4_K_M is the usual choice)"
+            )
+
+
 def hf_config(reader, gguf_path: Path) -> dict:
-    """A Hugging Face config.json for the GGUF's metadata; other architectures are refused by name."""
+    """A Hugging Face config.json for the GGUF's metadata; other architectures, tensor types and
+    incomplete files are refused with one line naming what is wrong."""
+    try:
+        return _hf_config(reader, gguf_path)
+    except KeyError as missing:
+        raise ModelLoadError(f"{gguf_path.name} lacks the metadata field {missing}; it is not a complete GGUF "
+                             "model file (re-download it, or convert it again with llama.cpp)") from None
+
+
+def _hf_config(reader, gguf_path: Path) -> dict:
     arch = gguf_field(reader, "general.architecture")
     if arch not in ARCH_TO_HF:
         raise ModelLoadError(
             f"{gguf_path.name} is a '{arch}' model, which specdec's runtime does not run (it runs the "
             f"Llama family: {', '.join(ARCH_TO_HF)} GGUF files: Llama 2/3/3.1/3.2, Mistral, Qwen2/2.5)"
         )
+    refuse_unsupported_types(reader, gguf_path)
     num_heads = gguf_field(reader, f"{arch}.attention.head_count")
     num_kv_heads = gguf_field(reader, f"{arch}.attention.head_count_kv", num_heads)
     hidden = gguf_field(reader, f"{arch}.embedding_length")

@@ -30,11 +30,10 @@ from torch import nn
 from specdec.announce import announce
 from specdec.errors import ModelLoadError
 from specdec.runtime.config import ModelConfig
-from specdec.runtime.gguf_convert import read_gguf, unpermute_qk
+from specdec.runtime.gguf_convert import read_gguf, refuse_unsupported_types, unpermute_qk
 from specdec.runtime.llama import LlamaModel
 from specdec.runtime.packed_linear import pack_linears
 from specdec.runtime.quant import (
-    FLOAT_GGUF_TYPES,
     QuantizedEmbedding,
     QuantizedLinear,
     gguf_format,
@@ -43,7 +42,6 @@ from specdec.runtime.quant import (
 from specdec.runtime.weight_formats import LAYER_SOURCES, WeightReport
 
 LAYOUT_SOURCES = ("quant_formats.h", "gguf_pack.cpp")  # what the packed layouts depend on
-SUPPORTED_TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", *FLOAT_GGUF_TYPES)
 
 
 class GgufTensors:
@@ -53,13 +51,7 @@ class GgufTensors:
         self.path = path
         self.reader = read_gguf(path)
         self.by_name = {t.name: t for t in self.reader.tensors}
-        for tensor in self.reader.tensors:
-            if tensor.tensor_type.name not in SUPPORTED_TYPES:
-                raise ModelLoadError(
-                    f"{path.name}: tensor {tensor.name} is stored as {tensor.tensor_type.name}, which specdec does not "
-                    f"run (it runs {', '.join(SUPPORTED_TYPES)}); requantize the file with llama.cpp's llama-quantize "
-                    "to one of these (Q4_K_M is the usual choice)"
-                )
+        refuse_unsupported_types(self.reader, path)
 
     def type_of(self, name: str) -> str:
         return self.by_name[name].tensor_type.name
