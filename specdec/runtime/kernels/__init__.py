@@ -27,8 +27,11 @@ from pathlib import Path
 
 SOURCES = [Path(__file__).with_name(name) for name in
            ("invariant.cpp", "quant_gemm.cpp", "gguf_pack.cpp", "layer.cpp", "quant_formats.h")]
-# no fused multiply-add contraction: a vectorised loop and its scalar tail must round alike
-CFLAGS = ["-O3", "-ffp-contract=off", "-fno-math-errno"]
+# no fused multiply-add contraction: a vectorised loop and its scalar tail must round alike.
+# -fopenmp: at::parallel_for is inline OpenMP; without the flag it runs on one thread. The objects
+# are not linked with -lgomp: their OpenMP calls bind to the runtime torch has loaded, so that
+# torch.set_num_threads governs them too.
+CFLAGS = ["-O3", "-ffp-contract=off", "-fno-math-errno", "-fopenmp"]
 ISA_FLAGS = {"native": ["-march=native"], "generic": ["-march=x86-64-v3"] if platform.machine() == "x86_64" else []}
 
 
