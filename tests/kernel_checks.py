@@ -13,17 +13,35 @@ import torch
 from specdec.runtime.quant import GROUP, QuantizedLinear
 
 
-def recipe(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def quantized_rows(x: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows x [M, K] quantized as the kernel states (llama.cpp's Q8_K for group 256, its x86 Q8_0 for
+    32), in float32 as the kernel computes the codes: (x̂ [M, K] float64, the bound on |x - x̂| per
+    group [M, K/group] float64)."""
+    m, k = x.shape
+    blocks = x.float().view(m, k // group, group)
+    amax = blocks.abs().amax(-1)  # [M, K/group]
+    nonzero = amax > 0
+    if group == 8 * GROUP:  # Q8_K: the signed entry of largest magnitude, d = 1 / (-127 / top)
+        top = blocks.gather(-1, blocks.abs().argmax(-1, keepdim=True)).squeeze(-1)
+        mul = torch.where(nonzero, -127 / torch.where(nonzero, top, 1), 0)
+        scale = torch.where(nonzero, 1 / torch.where(nonzero, mul, 1), 0)
+        bound = scale.double().abs() / 2
+    else:  # Q8_0: the multiplier 127 / amax, the scale amax / 127 in float16
+        mul = torch.where(nonzero, 127 / torch.where(nonzero, amax, 1), 0)
+        scale = (amax / 127).half().float()
+        bound = amax.double() / 127 / 2 + 127 * (amax.double() / 127 - scale.double()).abs()
+    codes = (blocks * mul[..., None]).round().clamp(max=127)  # ties to even, as the kernel
+    return (codes.double() * scale.double()[..., None]).view(m, k), bound
+
+
+def recipe(x: torch.Tensor, w: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The layer's stated arithmetic in float64 for rows x [M, K] and weights w [N, K]: (output, the
     rows as quantized [M, K], the rows' quantization error bound per output [M, N])."""
     m, k = x.shape
-    blocks = x.double().view(m, k // GROUP, GROUP)
-    scale = blocks.abs().amax(-1) / 127  # [M, K/32]
-    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
-    x_hat = ((blocks / safe[..., None]).round().clamp(-127, 127) * scale[..., None]).view(m, k)
+    x_hat, bound = quantized_rows(x, group)
     w = w.double()  # [N, K]
-    w_abs_per_block = w.abs().view(w.shape[0], k // GROUP, GROUP).sum(-1)  # [N, K/32]
-    return x_hat @ w.T, x_hat, (scale / 2) @ w_abs_per_block.T
+    w_abs_per_group = w.abs().view(w.shape[0], k // group, group).sum(-1)  # [N, K/group]
+    return x_hat @ w.T, x_hat, bound @ w_abs_per_group.T
 
 
 def check_layer_recipe(layer: QuantizedLinear) -> None:
@@ -32,7 +50,7 @@ def check_layer_recipe(layer: QuantizedLinear) -> None:
     w = layer.dequantized_weight()
     x = torch.randn(9, layer.in_features, generator=torch.Generator().manual_seed(0))
     got = layer(x).double()
-    want, x_hat, quantization = recipe(x, w)
+    want, x_hat, quantization = recipe(x, w, layer.activation_group)
     round_off = 1e-5 * (x_hat.abs() @ w.double().abs().T)
     assert ((got - want).abs() <= round_off).all()
     exact = x.double() @ w.double().T

@@ -3,7 +3,7 @@
 - GGUF blocks: the default model's Q4_1 and Q8_0 tensors, packed as stored, give back gguf's own
   dequantization bit for bit (query rows un-permuted into the Hugging Face order); Q4_1 blocks read
   as Q4_0's do not (test_gguf_types.py does every type on random blocks).
-- Layers: on random rows each output equals the stated recipe (rows quantized to 8 bits per block of 32, exact
+- Layers: on random rows each output equals the stated recipe (rows quantized to 8 bits as llama.cpp does, exact
   integer dots, float32 combination) computed in float64 within float32 round-off (1e-5 relative
   to Σ|x̂||w|), and the float32 product with the exact weights within the rows' quantization error
   (Σ over blocks of d/2 · Σ|w|, plus that round-off).

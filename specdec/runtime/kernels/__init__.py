@@ -26,7 +26,7 @@ import warnings
 from pathlib import Path
 
 SOURCES = [Path(__file__).with_name(name) for name in
-           ("invariant.cpp", "quant_gemm.cpp", "gguf_pack.cpp", "layer.cpp", "quant_formats.h")]
+           ("invariant.cpp", "quant_gemm.cpp", "gguf_pack.cpp", "layer.cpp", "quant_formats.h", "parallel.h")]
 # no fused multiply-add contraction: a vectorised loop and its scalar tail must round alike.
 # -fopenmp: at::parallel_for is inline OpenMP; without the flag it runs on one thread. The objects
 # are not linked with -lgomp: their OpenMP calls bind to the runtime torch has loaded, so that
@@ -58,20 +58,39 @@ def kernels_build_id() -> str:
 @functools.cache
 def _load(isa: str):
     import torch
-    from torch.utils import cpp_extension
 
     from specdec.announce import announce
     from specdec.runtime.gguf_convert import cache_root
 
     name = build_name(isa)
     build = cache_root() / "kernels" / f"torch-{torch.__version__}-{platform.machine()}" / name
+    built = _import_built(name, build / f"{name}.so")
+    if built is not None:
+        return built
+    from torch.utils import cpp_extension  # imports setuptools: half a second, only to build
+
     build.mkdir(parents=True, exist_ok=True)
-    if not any(build.glob(f"{name}*.so")):
-        announce(f"compiling the batch-invariant CPU kernels once ({isa}; about a minute) into {build}")
+    announce(f"compiling the batch-invariant CPU kernels once ({isa}; about a minute) into {build}")
     return cpp_extension.load(
         name=name, sources=[str(source) for source in SOURCES if source.suffix == ".cpp"], build_directory=str(build),
         extra_cflags=CFLAGS + ISA_FLAGS[isa], verbose=False,
     )
+
+
+def _import_built(name: str, library: Path):
+    """The module of an earlier build (its name is a digest of the sources, flags and CPU, so it is
+    this build), or None when there is none or it cannot be imported (a build cut short: build again)."""
+    import importlib.util
+
+    if not library.exists():
+        return None
+    try:
+        spec = importlib.util.spec_from_file_location(name, library)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except (ImportError, OSError):
+        return None
+    return module
 
 
 def _cpu_flags() -> bytes:

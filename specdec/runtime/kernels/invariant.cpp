@@ -16,6 +16,7 @@
 #include <memory>
 #include <utility>
 #include <vector>
+#include "parallel.h"
 
 namespace {
 
@@ -147,7 +148,7 @@ torch::Tensor rms_norm(torch::Tensor x, torch::Tensor weight, double eps) {
   const float* px = x.data_ptr<float>();
   const float* pw = weight.data_ptr<float>();
   float* po = out.data_ptr<float>();
-  at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, rows, specdec::grain_for(dim), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* row = px + r * dim;
       const float mean = lane_dot(row, row, dim) / static_cast<float>(dim);
@@ -169,7 +170,7 @@ torch::Tensor silu_mul(torch::Tensor gate_up) {
   auto out = torch::empty(sizes, gate_up.options());
   const float* pg = gate_up.data_ptr<float>();
   float* po = out.data_ptr<float>();
-  at::parallel_for(0, rows, 4, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, rows, specdec::grain_for(width), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* __restrict gate = pg + r * 2 * width;
       const float* __restrict up = gate + width;
@@ -383,7 +384,7 @@ void attend_all(std::vector<AttentionSegment>& segments, int64_t heads, int64_t 
     transposed.resize(first_block[count] * dim * kLanes);
     for (int64_t b = 0; b < count; ++b)  // [Hkv, blocks, D, 16] each
       if (first_block[b + 1] > first_block[b]) segments[b].keys_t = transposed.data() + first_block[b] * dim * kLanes;
-    at::parallel_for(0, first_block[count], 4, [&](int64_t begin, int64_t end) {
+    at::parallel_for(0, first_block[count], specdec::grain_for(dim * kLanes), [&](int64_t begin, int64_t end) {
       for (int64_t item = begin; item < end; ++item) {
         const int64_t b = segment_of(first_block, item);
         const AttentionSegment& seg = segments[b];
@@ -395,7 +396,11 @@ void attend_all(std::vector<AttentionSegment>& segments, int64_t heads, int64_t 
       }
     });
   }
-  at::parallel_for(0, first_item[count], 1, [&](int64_t begin, int64_t end) {
+  // an item's work: its rows (query heads × chunk tokens) against every slot they see
+  int64_t work = 0;
+  for (const AttentionSegment& seg : segments) work += kv_heads * group * seg.seq * (seg.past + seg.seq) * dim;
+  const int64_t items = first_item[count];
+  at::parallel_for(0, items, specdec::grain_for(work / std::max<int64_t>(items, 1)), [&](int64_t begin, int64_t end) {
     AttentionScratch scratch;
     for (int64_t item = begin; item < end; ++item) {
       const int64_t b = segment_of(first_item, item);

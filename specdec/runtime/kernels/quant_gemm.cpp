@@ -2,7 +2,8 @@
 // call and used for every row, so a pass over k rows streams the weights once (flat verification).
 //
 // Numerics (llama.cpp's Q x Q8_0 recipe, made batch-invariant):
-// - each input row is quantized in blocks of 32: d = max|x| / 127, xq = round(x / d) in [-127, 127],
+// - each input row is quantized as llama.cpp quantizes it for the weights' type (quantize_rows): to
+//   8-bit codes xq with a scale d per block of 32 (shared by a super-block's 8 blocks for K-quants),
 //   X = sum(xq) per block and per half block (16 inputs) — per row, never shared across rows;
 // - affine weights (every format but Q8_0): unsigned 4- or 6-bit codes u per block of 32 inputs and, per group
 //   of G = 32 or 16 inputs, a scale s and an offset c (w = s * u + c). Per group the integer dot
@@ -39,6 +40,7 @@
 #include <cstdint>
 #include <cstring>
 #include <vector>
+#include "parallel.h"
 #include "quant_formats.h"
 #if defined(__AVX512F__) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #define SPECDEC_QGEMM_AVX512 1
@@ -60,28 +62,49 @@ struct Activations {  // x [M, K] quantized per row in blocks of 32
   std::vector<float> half;   // [M, K/16], sums of each half block's codes
 };
 
-Activations quantize_rows(const float* x, int64_t rows, int64_t k) {
+// Each row quantized as llama.cpp quantizes the rows its dot products take, so that the integer
+// dots are the same as llama.cpp's on the same file:
+// - for super-block weights (K-quants), Q8_K: per 256 inputs, `top` the input of largest magnitude
+//   (the first such), iscale = -127 / top, xq = min(round(iscale * x), 127), and the block scale
+//   d = 1 / iscale, shared by its 8 blocks of 32;
+// - for per-block weights, Q8_0 as llama.cpp's x86 path forms it: per 32 inputs, amax = max|x|,
+//   xq = round(x * (127 / amax)), d = amax / 127 rounded to float16.
+// round: to nearest, ties to even. The block sums X are of the codes xq, exact.
+Activations quantize_rows(const float* x, int64_t rows, int64_t k, bool super) {
   const int64_t blocks = k / kBlock;
+  const int64_t span = super ? specdec::kSuperBlocks * kBlock : kBlock;  // inputs per scale
   Activations a{std::vector<int8_t>(rows * k), std::vector<float>(rows * blocks), std::vector<float>(rows * blocks),
                 std::vector<float>(rows * blocks * 2)};
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t b = 0; b < blocks; ++b) {
-      const float* v = x + r * k + b * kBlock;
-      float top = 0.f;
-      for (int i = 0; i < kBlock; ++i) top = std::max(top, std::fabs(v[i]));
-      const float d = top / 127.f;
-      const float inv = d > 0.f ? 1.f / d : 0.f;
-      const int64_t at = r * k + b * kBlock;
-      int32_t halves[2] = {0, 0};
-      for (int i = 0; i < kBlock; ++i) {
-        const int8_t q = static_cast<int8_t>(std::min(std::max(std::nearbyint(v[i] * inv), -127.f), 127.f));
-        a.q[at + i] = q;
-        halves[i / 16] += q;
+    for (int64_t first = 0; first < k; first += span) {
+      const float* v = x + r * k + first;
+      float top = 0.f, amax = 0.f;
+      for (int i = 0; i < span; ++i)
+        if (std::fabs(v[i]) > amax) {
+          amax = std::fabs(v[i]);
+          top = v[i];
+        }
+      float mul = 0.f, d = 0.f;
+      if (amax > 0.f && super) {
+        mul = -127.f / top;
+        d = 1.f / mul;
+      } else if (amax > 0.f) {
+        mul = 127.f / amax;
+        d = static_cast<float>(static_cast<c10::Half>(amax / 127.f));
       }
-      a.scale[r * blocks + b] = d;
-      a.sum[r * blocks + b] = static_cast<float>(halves[0] + halves[1]);
-      a.half[(r * blocks + b) * 2] = static_cast<float>(halves[0]);
-      a.half[(r * blocks + b) * 2 + 1] = static_cast<float>(halves[1]);
+      for (int64_t b = first / kBlock; b < (first + span) / kBlock; ++b) {
+        const int64_t at = r * k + b * kBlock;
+        int32_t halves[2] = {0, 0};
+        for (int i = 0; i < kBlock; ++i) {
+          const int8_t q = static_cast<int8_t>(std::min(std::nearbyint(x[at + i] * mul), 127.f));
+          a.q[at + i] = q;
+          halves[i / 16] += q;
+        }
+        a.scale[r * blocks + b] = d;
+        a.sum[r * blocks + b] = static_cast<float>(halves[0] + halves[1]);
+        a.half[(r * blocks + b) * 2] = static_cast<float>(halves[0]);
+        a.half[(r * blocks + b) * 2 + 1] = static_cast<float>(halves[1]);
+      }
     }
   return a;
 }
@@ -355,7 +378,8 @@ template <class F>
 void multiply_all(const Activations& a, const uint8_t* pw, int64_t rows, int64_t k, int64_t tiles, int64_t blocks,
                   int64_t tile_bytes, float* po, int64_t n) {
   constexpr int64_t kPrefetchTiles = 2;  // how far ahead the weights are fetched (measured best here)
-  at::parallel_for(0, tiles, 4, [&](int64_t begin, int64_t end) {
+  // a tile's work: its weight bytes, once per row
+  at::parallel_for(0, tiles, specdec::grain_for(tile_bytes * rows), [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const uint8_t* tile = pw + t * tile_bytes;
       const uint8_t* ahead = t + kPrefetchTiles < end ? tile + kPrefetchTiles * tile_bytes : nullptr;
@@ -377,7 +401,7 @@ torch::Tensor quant_linear(torch::Tensor x, torch::Tensor packed) {
   const int64_t n = tiles * kTile;
   auto out = torch::empty({rows, n}, x.options());
   if (rows == 0) return out;
-  const Activations a = quantize_rows(x.data_ptr<float>(), rows, k);
+  const Activations a = quantize_rows(x.data_ptr<float>(), rows, k, specdec::is_super(format));
   const uint8_t* pw = packed.data_ptr<uint8_t>();
   float* po = out.data_ptr<float>();
   const int64_t tile_bytes = packed.size(1) * packed.size(2);
