@@ -12,7 +12,8 @@
    (teacher-forced, llama.cpp through llama-cpp-python in the given python).
 3. Per type: the share of positions where the two top-1 tokens agree, the largest |Δ logit|, the
    same for llama.cpp against itself (float32 and float16 KV cache) and at the clear positions
-   (float32's top two ≥ CLEAR_MARGIN apart), and whether every drafter's greedy output equals specdec's plain output on the first prompts.
+   (float32's top two ≥ CLEAR_MARGIN apart), and whether every drafter's greedy output equals
+   specdec's plain output on the first prompts.
 The last line of output is one JSON object; report.md and results.json go to --out.
 """
 
@@ -29,8 +30,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 TYPES = {"Q4_K_M": 15, "Q5_K_M": 17, "Q6_K": 18, "Q8_0": 7}
 DRAFTERS = ["ngram", "suffix", "early:8", "auto"]
-KV_CACHES = {"f32_cache": 0, "f16_cache": 1}
-CLEAR_MARGIN = 1.0  # logits between the float32 reference's top two: a position no rounding here flips  # llama.cpp's KV cache type (GGML_TYPE_F32, F16: its default)
+KV_CACHES = {"f32_cache": 0, "f16_cache": 1}  # llama.cpp's KV cache type (GGML_TYPE_F32, F16: its default)
+CLEAR_MARGIN = 1.0  # logits between the float32 reference's top two: a position no rounding here flips
 
 LLAMA_LOGITS = """
 import json, sys, numpy as np

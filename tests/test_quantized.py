@@ -6,7 +6,7 @@
 - Layers: on random rows each output equals the stated recipe (rows quantized to 8 bits as llama.cpp does, exact
   integer dots, float32 combination) computed in float64 within float32 round-off (1e-5 relative
   to Σ|x̂||w|), and the float32 product with the exact weights within the rows' quantization error
-  (Σ over blocks of d/2 · Σ|w|, plus that round-off).
+  (Σ over the rows' scale groups of the codes' error bound · Σ|w|, plus that round-off).
 - The int4 model against the float32 model with the GGUF's dequantized weights over a fixed text:
   logits within 2.0 absolute, top-1 agreement ≥ 90% (printed by the test; see the README for
   the measured values; logits span about ±40).

@@ -6,14 +6,15 @@ weights, `Int4Codes`, w = s·q + c with q in 0..15 as Q4_1, and `Int8Codes`, w =
 `QuantizedLinear` multiplies them with the
 compiled kernel `quant_linear` (`runtime/kernels/quant_gemm.cpp`), which quantizes each input row
 to 8 bits as llama.cpp does for the weights' type (`activation_group`: Q8_K's one scale per 256
-inputs for K-quants, Q8_0's float16 scale per 32 for the others), takes exact integer dot products per block (AVX-512 VNNI, or AVX2) and combines them in float32 in
-a fixed order. So:
+inputs for K-quants, Q8_0's float16 scale per 32 for the others), takes exact integer dot products
+per block (AVX-512 VNNI, or AVX2) and combines them in float32 in a fixed order. So:
 - a weight tile is unpacked once per call and used by every row: a pass over k rows streams the
   weights once (measured in `scripts/pass_costs.py`);
 - every row is computed by one recipe whatever the row count: batch-invariant, bit for bit, and
   the AVX-512 and AVX2 builds agree bit for bit;
 - the only rounding besides float32 is the rows' 8-bit quantization (error ≤ 1/254 of the largest
-  entry of the inputs sharing a scale, plus Q8_0's float16 rounding of that scale); the residual stream, norms, attention, softmax and logits stay float32.
+  entry of the inputs sharing a scale, plus Q8_0's float16 rounding of that scale); the residual
+  stream, norms, attention, softmax and logits stay float32.
 
 `quantize_int4` / `quantize_int8` make codes from float weights (a float checkpoint loaded with
 `weights="int4"` or `"int8"`). A GGUF's own blocks of every common type (Q4_0 … Q8_0, the K-quants)
@@ -138,9 +139,10 @@ class QuantizedLinear(nn.Module):
         self.layout = layout
         self.bits = LAYOUTS[FORMATS[layout]][1]
         self.out_features = packed.shape[0] * TILE
-        super_blocks = LAYOUTS[FORMATS[layout]][0] == "super"
-        self.in_features = packed.shape[1] * (8 * GROUP if super_blocks else GROUP)
-        self.activation_group = 8 * GROUP if super_blocks else GROUP  # inputs of a row sharing one 8-bit scale
+        unit_inputs = 8 * GROUP if LAYOUTS[FORMATS[layout]][0] == "super" else GROUP  # inputs per packed unit
+        self.in_features = packed.shape[1] * unit_inputs
+        # inputs of a row sharing one 8-bit scale: Q8_K's per super-block, Q8_0's per block
+        self.activation_group = unit_inputs
         self.multiply = _kernels_or_raise().quant_linear
         self.bias = None if bias is None else bias.detach().float()
 
