@@ -46,16 +46,21 @@ def recipe(x: torch.Tensor, w: torch.Tensor, group: int) -> tuple[torch.Tensor, 
 
 def check_layer_recipe(layer: QuantizedLinear) -> None:
     """Every output within float32 round-off (1e-5 relative to Σ|x̂||w|) of the recipe in float64, and
-    within the rows' quantization error of the exact product, which is visibly not skipped."""
+    within the rows' quantization error of the exact product, which is visibly not skipped; each part
+    of the layer by its own recipe (the rows quantized as its type takes them)."""
     w = layer.dequantized_weight()
     x = torch.randn(9, layer.in_features, generator=torch.Generator().manual_seed(0))
     got = layer(x).double()
-    want, x_hat, quantization = recipe(x, w, layer.activation_group)
-    round_off = 1e-5 * (x_hat.abs() @ w.double().abs().T)
-    assert ((got - want).abs() <= round_off).all()
-    exact = x.double() @ w.double().T
-    assert ((got - exact).abs() <= quantization + round_off).all()
-    assert ((got - exact).abs() > round_off).any()  # the rows' quantization is visible, not skipped
+    first = 0
+    for features, group in zip(layer.part_features, layer.activation_groups):
+        part = slice(first, first + features)
+        want, x_hat, quantization = recipe(x, w[part], group)
+        round_off = 1e-5 * (x_hat.abs() @ w[part].double().abs().T)
+        assert ((got[:, part] - want).abs() <= round_off).all()
+        exact = x.double() @ w[part].double().T
+        assert ((got[:, part] - exact).abs() <= quantization + round_off).all()
+        assert ((got[:, part] - exact).abs() > round_off).any()  # the rows' quantization is visible, not skipped
+        first += features
 
 
 def on_generic_build(code: str) -> list:

@@ -7,9 +7,9 @@
   recipe within float32 round-off and the exact product within the rows' quantization error
   (test_quantized.check_layer_recipe). Negative control per type: the same blocks read in the wrong
   order give other weights.
-- Fused layers whose parts have different types (Q4_K beside Q6_K, Q2_K beside Q3_K, Q4_0 beside
-  Q5_1, Q8_0 beside Q5_0/Q5_1/Q4_1: 8-bit codes with an offset) take the wider layout and still
-  equal each part's dequantization; kinds that cannot share a layout (Q8_0 beside Q4_K) are not.
+- Fused layers whose tensors have different types (Q4_K beside Q6_K, Q2_K beside Q3_K, Q4_0 beside
+  Q5_1, Q8_0 beside Q4_K, …) keep a part per run of one type, each in its own layout; the layer
+  equals each tensor's dequantization and each part follows its own recipe; float types make none.
 - Batch invariance per type: each row of a 1..17-row call equals its one-row call bit for bit, and
   the kernels built for plain x86-64 with AVX2 (a subprocess) give the same bits as this machine's.
 - Files: 2-layer files with Llama-3.2-1B's widths (rope_freqs included) and Qwen2.5-1.5B's (q/k/v
@@ -27,7 +27,7 @@ import torch
 
 from specdec.errors import ModelLoadError
 from specdec.runtime.gguf_synthetic import SHAPES, Shape, random_blocks, write_gguf
-from specdec.runtime.quant import QuantizedLinear, gguf_format, pack_gguf_tensors
+from specdec.runtime.quant import QuantizedLinear, gguf_parts, pack_gguf_tensors
 from tests.kernel_checks import check_layer_recipe, on_generic_build
 
 TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
@@ -45,8 +45,11 @@ def blocks(type_name: str, seed: int = 0, rows: int = ROWS) -> torch.Tensor:
 
 
 def layer_of(raws: list[torch.Tensor], types: list[str]) -> QuantizedLinear:
-    layout = gguf_format(types)
-    return QuantizedLinear.from_packed(pack_gguf_tensors(raws, types, [None] * len(raws), layout), layout)
+    parts, first = [], 0
+    for layout, count in gguf_parts(types):
+        parts.append(pack_gguf_tensors(raws[first:first + count], types[first:first + count], [None] * count))
+        first += count
+    return QuantizedLinear.from_packed(parts, [layout for layout, _ in gguf_parts(types)])
 
 
 @pytest.mark.parametrize("type_name", TYPES)
@@ -75,7 +78,7 @@ def test_negative_control_blocks_in_the_wrong_order(type_name):
 
 
 @pytest.mark.parametrize("types", [["Q4_K", "Q4_K", "Q6_K"], ["Q2_K", "Q3_K"], ["Q4_0", "Q5_1"], ["Q5_K", "Q4_K"],
-                                   ["Q5_0", "Q5_0", "Q8_0"], ["Q5_1", "Q8_0"], ["Q8_0", "Q4_1"]])
+                                   ["Q5_0", "Q5_0", "Q8_0"], ["Q8_0", "Q4_K"], ["Q6_K", "Q4_0", "Q6_K"]])
 def test_fused_layers_of_mixed_types_stay_exact(types):
     raws = [blocks(t, seed=i, rows=16 * (i + 1)) for i, t in enumerate(types)]
     layer = layer_of(raws, types)
@@ -84,12 +87,19 @@ def test_fused_layers_of_mixed_types_stay_exact(types):
     check_layer_recipe(layer)
 
 
-def test_kinds_that_share_no_layout_are_not_fused():
-    assert gguf_format(["Q8_0", "Q4_K"]) is None
-    assert gguf_format(["Q4_0", "Q4_K"]) is None
-    assert gguf_format(["F16"]) is None
-    assert gguf_format(["Q4_K", "Q6_K"]) == "Q6_K"
-    assert gguf_format(["Q5_0", "Q8_0"]) == "affine8"
+def test_fused_layers_keep_a_part_per_type():
+    assert gguf_parts(["Q4_K", "Q4_K", "Q6_K"]) == [("Q4_K", 2), ("Q6_K", 1)]
+    assert gguf_parts(["Q6_K", "Q4_0", "Q6_K"]) == [("Q6_K", 1), ("Q4_0", 1), ("Q6_K", 1)]
+    assert gguf_parts(["Q8_0"]) == [("Q8_0", 1)]
+    assert gguf_parts(["Q4_K", "F16"]) is None
+    assert gguf_parts(["BF16"]) is None
+
+
+def test_symmetric_types_are_packed_at_their_file_size():
+    """Q4_0, Q6_K and Q8_0 keep no offsets they do not have: the packed bytes are the file's."""
+    for type_name in ("Q4_0", "Q6_K", "Q8_0"):
+        raw = blocks(type_name)
+        assert layer_of([raw], [type_name]).packed.numel() == raw.numel()
 
 
 def row_mismatches(type_name: str) -> int:
@@ -108,7 +118,7 @@ def fixed_outputs() -> list[list[float]]:
     """Each type's layer on fixed rows, for comparing builds bit for bit."""
     x = torch.randn(5, INPUTS, generator=torch.Generator().manual_seed(4))
     layers = [layer_of([blocks(t, seed=5)], [t]) for t in TYPES]
-    layers.append(layer_of([blocks("Q8_0", seed=6), blocks("Q5_1", seed=7)], ["Q8_0", "Q5_1"]))  # the 8-bit layout
+    layers.append(layer_of([blocks("Q8_0", seed=6), blocks("Q6_K", seed=7)], ["Q8_0", "Q6_K"]))  # two kinds of parts
     return [layer(x).flatten().tolist() for layer in layers]
 
 
@@ -149,10 +159,10 @@ def test_small_files_of_real_shapes_load_and_generate(tmp_path, tokenizer_gguf, 
     assert (config.rope_freq_factors is not None) == (shape == "llama-3.2-1b")
     assert config.attention_bias == (shape == "qwen2.5-1.5b")
     layouts = model.weights.forms
-    assert layouts == ({"Q8_0"} if file_type == "Q8_0" else {"Q4_K", "Q6_K"})
+    assert layouts == ({"Q8_0"} if file_type == "Q8_0" else {"Q4_K", "Q6_K", "Q4_K+Q6_K"})  # q|k Q4_K beside a Q6_K v
     kept = list((tmp_path / "cache").rglob("*.safetensors"))
     assert [f.name for f in kept] == [gguf_model.packed_file(model.folder).name]  # no float32 copy
-    assert kept[0].stat().st_size < 1.2 * path.stat().st_size
+    assert kept[0].stat().st_size < 1.05 * path.stat().st_size  # the types' own bytes, none widened
     text = "the cat sat on the mat. the cat sat on the mat. the cat"
     ids = Engine(model).encode(text, chat=False)
     settings = GenerationConfig(max_new_tokens=24, gamma=4, ignore_eos=True)

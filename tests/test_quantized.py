@@ -51,10 +51,9 @@ def _dequantized(tensors, name: str) -> torch.Tensor:
                             .astype(np.float32))
 
 
-def _layer(tensors, name: str, order=None, layout=None) -> QuantizedLinear:
+def _layer(tensors, name: str, order=None) -> QuantizedLinear:
     kind = tensors.type_of(name)
-    layout = layout or kind
-    return QuantizedLinear.from_packed(pack_gguf_tensors([tensors.raw(name)], [kind], [order], layout), layout)
+    return QuantizedLinear.from_packed([pack_gguf_tensors([tensors.raw(name)], [kind], [order])], [kind])
 
 
 @pytest.mark.parametrize("name", ["blk.3.ffn_down.weight", "blk.0.attn_v.weight", "token_embd.weight"])
@@ -79,7 +78,7 @@ def test_blocks_read_as_another_type_are_caught(gguf_tensors):
     name = "blk.3.ffn_down.weight"
     raw = gguf_tensors.raw(name)
     as_q4_0 = raw.reshape(raw.shape[0], -1, 20)[:, :, 2:].reshape(raw.shape[0], -1).contiguous()  # drop m
-    wrong = QuantizedLinear.from_packed(pack_gguf_tensors([as_q4_0], ["Q4_0"], [None], "Q4_0"), "Q4_0")
+    wrong = QuantizedLinear.from_packed([pack_gguf_tensors([as_q4_0], ["Q4_0"], [None])], ["Q4_0"])
     assert not torch.equal(wrong.dequantized_weight(), _dequantized(gguf_tensors, name))
 
 

@@ -24,7 +24,7 @@ from torch import nn
 
 from specdec.heads.eagle import EagleConfig, head_rope
 from specdec.runtime.config import ModelConfig
-from specdec.runtime.llama import MLP, Attention, RMSNorm, rope_inverse_frequencies
+from specdec.runtime.llama import GATE_UP_SLOTS, MLP, QKV_SLOTS, Attention, RMSNorm, rope_inverse_frequencies
 from specdec.runtime.quant import QuantizedLinear
 
 
@@ -128,5 +128,6 @@ class Eagle3Head(nn.Module):
                 linear.bias is not None for linear in linears[1:]):
             return None
         bias = linears[0].bias if linears[0].bias is not None else torch.empty(0)
-        return [layer.input_layernorm.weight.detach(), layer.hidden_norm.weight.detach(), linears[0].packed, bias,
-                linears[1].packed, layer.post_attention_layernorm.weight.detach(), linears[2].packed, linears[3].packed]
+        return [layer.input_layernorm.weight.detach(), layer.hidden_norm.weight.detach(), *linears[0].slots(QKV_SLOTS),
+                bias, linears[1].packed, layer.post_attention_layernorm.weight.detach(), *linears[2].slots(GATE_UP_SLOTS),
+                linears[3].packed]

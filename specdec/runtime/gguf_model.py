@@ -6,9 +6,9 @@
 memory held is the packed weights plus one tensor) and packed by the compiled `pack_gguf` into the
 kernels' layout for its type (`quant.FORMATS`), and the result is kept beside the metadata
 (`packed_file`, about the GGUF's size, in its own subfolder); later loads memory-map it and start at once. Exactly: the weights the layer multiplies by are
-the file's, as `gguf.quants.dequantize` computes them. Fused layers (q/k/v, gate/up) whose parts
-have different types take the layout that holds them all exactly (Q4_K beside Q6_K: Q6_K's), or
-float32 where none does. The token table stays quantized (`QuantizedEmbedding`: rows dequantized as
+the file's, as `gguf.quants.dequantize` computes them. Fused layers (q/k/v, gate/up) whose tensors
+have different types keep a part per type (`quant.gguf_parts`: a Q4_K q and k beside a Q6_K v are
+two parts of one layer), or run as float32 where a tensor is a float type. The token table stays quantized (`QuantizedEmbedding`: rows dequantized as
 they are gathered; a tied LM head shares it). Norms, biases and `rope_freqs` are small float tensors.
 
 Types: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K run in their kernels; F32, F16
@@ -36,12 +36,13 @@ from specdec.runtime.packed_linear import pack_linears
 from specdec.runtime.quant import (
     QuantizedEmbedding,
     QuantizedLinear,
-    gguf_format,
+    gguf_parts,
     pack_gguf_tensors,
 )
 from specdec.runtime.weight_formats import LAYER_SOURCES, WeightReport
 
 LAYOUT_SOURCES = ("quant_formats.h", "gguf_pack.cpp")  # what the packed layouts depend on
+PLAN_VERSION = b"parts-1"  # the form of the packed file's plan (below), part of its name
 
 
 class GgufTensors:
@@ -96,14 +97,16 @@ def packed_file(folder: Path) -> Path:
     """Where a GGUF's packed weights are kept: named by the layouts' sources, so that a change to a
     layout or a decoder packs again."""
     kernels = Path(__file__).with_name("kernels")
-    digest = hashlib.sha256(b"".join((kernels / name).read_bytes() for name in LAYOUT_SOURCES)).hexdigest()[:12]
+    sources = b"".join((kernels / name).read_bytes() for name in LAYOUT_SOURCES)
+    digest = hashlib.sha256(PLAN_VERSION + sources).hexdigest()[:12]
     return folder / "packed" / f"{digest}.safetensors"  # a folder of its own: not a checkpoint's shard
 
 
 def pack_weights(path: Path, config: ModelConfig) -> tuple[dict[str, torch.Tensor], dict[str, list[str]]]:
     """Every tensor the network needs, read from the GGUF: (state: module path -> tensor, plan:
-    linear -> [layout or "float32", how]). Quantized linears are `<path>.packed` (their layout's
-    format), float ones `<path>.weight`; "embed" in the plan names what the token table is."""
+    linear -> [its parts' layouts joined by "+", or "float32"; how]). A quantized linear's parts are
+    `<path>.packed.<i>` (each in its layout's format), a float one is `<path>.weight`; "embed" in the
+    plan names what the token table is."""
     tensors = GgufTensors(path)
     arch = tensors.reader.fields["general.architecture"].contents()
     rows_order = _row_orders(config, arch)
@@ -126,12 +129,15 @@ def pack_weights(path: Path, config: ModelConfig) -> tuple[dict[str, torch.Tenso
 
     def linear(module: str, names: tuple[str, ...]) -> None:
         types = [tensors.type_of(need(n)) for n in names]
-        layout = gguf_format(types)
-        if layout is not None:
-            state[module + ".packed"] = pack_gguf_tensors([tensors.raw(n) for n in names], types,
-                                                          [order(n) for n in names], layout)
-            how = "as stored" if set(types) == {layout} else f"{'+'.join(sorted(set(types)))} in {layout}'s layout"
-            plan[module] = [layout, how]
+        parts = gguf_parts(types)
+        if parts is not None:
+            first = 0
+            for i, (layout, count) in enumerate(parts):
+                part = names[first:first + count]
+                state[f"{module}.packed.{i}"] = pack_gguf_tensors([tensors.raw(n) for n in part], [layout] * count,
+                                                                  [order(n) for n in part])
+                first += count
+            plan[module] = ["+".join(layout for layout, _ in parts), "as stored"]
         else:
             state[module + ".weight"] = torch.cat([floats(n) for n in names])  # [out, in]
             plan[module] = ["float32", f"dequantized from {'+'.join(sorted(set(types)))}"]
@@ -146,9 +152,9 @@ def pack_weights(path: Path, config: ModelConfig) -> tuple[dict[str, torch.Tenso
             linear(at + module, tuple(f"{blk}{s}.weight" for s in sources))
     state["norm.weight"] = floats("output_norm.weight").reshape(-1)
     linear("lm_head", ("token_embd.weight" if config.tie_word_embeddings else "output.weight",))
-    if config.tie_word_embeddings and "lm_head.packed" in state:
+    if config.tie_word_embeddings and "lm_head.packed.0" in state:
         plan["embed"] = ["lm_head"]  # one table for both
-    elif gguf_format([tensors.type_of(need("token_embd.weight"))]) is not None:
+    elif gguf_parts([tensors.type_of(need("token_embd.weight"))]) is not None:
         linear("embed", ("token_embd.weight",))
     else:
         state["embed.weight"] = floats("token_embd.weight")
@@ -194,7 +200,8 @@ def _assemble(config: ModelConfig, state: dict[str, torch.Tensor], plan: dict[st
         bias = state.get(module + ".bias")
         report.add(layout, how)
         if layout != "float32":
-            return QuantizedLinear.from_packed(state[module + ".packed"], layout, bias)
+            layouts = layout.split("+")
+            return QuantizedLinear.from_packed([state[f"{module}.packed.{i}"] for i in range(len(layouts))], layouts, bias)
         weight = state[module + ".weight"]  # [out, in]
         layer = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, device="cpu")
         layer.weight = nn.Parameter(weight, requires_grad=False)
@@ -216,11 +223,11 @@ def _assemble(config: ModelConfig, state: dict[str, torch.Tensor], plan: dict[st
     model.lm_head = linear("lm_head")
     embed = plan["embed"][0]
     if embed == "lm_head":
-        model.embed = QuantizedEmbedding(state["lm_head.packed"])
+        model.embed = QuantizedEmbedding(state["lm_head.packed.0"])
     elif embed == "float32":
         model.embed = nn.Embedding.from_pretrained(state["embed.weight"], freeze=True)
     else:
-        model.embed = QuantizedEmbedding(state["embed.packed"])
+        model.embed = QuantizedEmbedding(state["embed.packed.0"])
     model.weight_report = report
     pack_linears(model)  # float32 layers only (packed_linear.py)
     return model.eval()

@@ -37,7 +37,8 @@ from specdec.runtime.kv_cache import StaticKVCache
 from specdec.runtime.quant import QuantizedLinear
 
 NO_TREE_MASK = torch.empty(0, dtype=torch.bool)
-LAYER_WEIGHTS = 7  # tensors per layer in `decoder_layers`' weight list (kWeightsPerLayer in layer.cpp)
+LAYER_WEIGHTS = 10  # tensors per layer in `decoder_layers`' weight list (kWeightsPerLayer in layer.cpp)
+QKV_SLOTS, GATE_UP_SLOTS = 3, 2  # slots of a fused linear's parts there (kQkvSlots, kGateUpSlots)
 
 
 class RMSNorm(nn.Module):
@@ -399,8 +400,8 @@ class LlamaModel(nn.Module):
                     self._fused_weights = []
                     return None
                 bias = layer.attn.qkv.bias if layer.attn.qkv.bias is not None else torch.empty(0)
-                weights += [layer.attn_norm.weight.detach(), layer.attn.qkv.packed, bias, layer.attn.o.packed,
-                            layer.mlp_norm.weight.detach(), layer.mlp.gate_up.packed, layer.mlp.down.packed]
+                weights += [layer.attn_norm.weight.detach(), *layer.attn.qkv.slots(QKV_SLOTS), bias, layer.attn.o.packed,
+                            layer.mlp_norm.weight.detach(), *layer.mlp.gate_up.slots(GATE_UP_SLOTS), layer.mlp.down.packed]
             self._fused_weights = weights
         return self._fused_weights or None
 

@@ -19,8 +19,11 @@ per block (AVX-512 VNNI, or AVX2) and combines them in float32 in a fixed order.
 `quantize_int4` / `quantize_int8` make codes from float weights (a float checkpoint loaded with
 `weights="int4"` or `"int8"`). A GGUF's own blocks of every common type (Q4_0 … Q8_0, the K-quants)
 are packed by the compiled `pack_gguf` into a layout per type (`FORMATS`; the layouts are described
-in `kernels/quant_gemm.cpp`), exactly: K-quants' sub-block scales are small integers times a
-float16, exact in float32, and the kernel computes s = d·sc in float32 as it goes.
+in `kernels/quant_gemm.cpp`), exactly and holding only what the type stores (the symmetric types,
+Q4_0, Q5_0, Q3_K and Q6_K, keep no offsets): K-quants' sub-block scales are small integers times a
+float16, exact in float32, and the kernel computes s = d·sc in float32 as it goes. A fused layer
+whose tensors have different types (a Q4_K_M file's Q4_K q and k beside a Q6_K v) keeps one part
+per type (`gguf_parts`), stacked along the outputs: no part is widened into another's layout.
 """
 
 from __future__ import annotations
@@ -36,14 +39,11 @@ from specdec.runtime.kernels import invariant_kernels
 GROUP = 32
 TILE = 16  # the kernel's outputs per tile: a layer's output size must be a multiple
 FLOAT_GGUF_TYPES = ("F32", "F16", "BF16")
-# GGUF type -> the kernels' packed layout that holds it exactly (ids of kernels/quant_formats.h)
-# ("affine8" is no GGUF type: the layout of Q8_0 beside other per-block types in one layer)
-FORMATS = {"Q4_1": 0, "Q5_0": 1, "Q5_1": 1, "Q4_K": 2, "Q2_K": 3, "Q3_K": 3, "Q5_K": 4, "Q6_K": 5,
-           "Q8_0": 6, "affine8": 7, "Q4_0": 8}
-# per layout id: (kind, code bits, inputs per scale); a layout holds another of its kind exactly when
-# its codes are at least as wide and its scale groups at most as long
-LAYOUTS = {0: ("block", 4, 32), 1: ("block", 6, 32), 2: ("super", 4, 32), 3: ("super", 4, 16), 4: ("super", 6, 32),
-           5: ("super", 6, 16), 6: ("q8", 8, 32), 7: ("block", 8, 32), 8: ("block", 4, 32)}
+# GGUF type -> the id of the kernels' packed layout that holds it (kernels/quant_formats.h), its code
+# bits and whether its scales are per super-block of 256 inputs (K-quants: the rows' 8-bit scale too)
+FORMATS = {"Q4_1": 0, "Q5_1": 1, "Q4_K": 2, "Q2_K": 3, "Q5_K": 4, "Q6_K": 5, "Q8_0": 6, "Q3_K": 7, "Q4_0": 8, "Q5_0": 9}
+CODE_BITS = {"Q4_0": 4, "Q4_1": 4, "Q5_0": 6, "Q5_1": 6, "Q8_0": 8, "Q2_K": 4, "Q3_K": 4, "Q4_K": 4, "Q5_K": 6, "Q6_K": 6}
+SUPER_BLOCK_TYPES = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
 
 
 @dataclass
@@ -72,33 +72,28 @@ class Int8Codes:
         return (self.codes.view(n, k // GROUP, GROUP).float() * self.scales[..., None]).view(n, k)
 
 
-def gguf_format(types: list[str]) -> str | None:
-    """The layout (named by a GGUF type it is made for) that holds tensors of all `types` exactly when
-    stacked in one layer; None when none does (float types, or kinds that do not mix)."""
+def gguf_parts(types: list[str]) -> list[tuple[str, int]] | None:
+    """How a layer of tensors of `types` (stacked along the outputs) is packed: [(type, how many
+    consecutive tensors)] per part, one part per run of one type; None when a type has no packed
+    layout (float types: the layer runs as float32)."""
     if any(t not in FORMATS for t in types):
         return None
-    ids = {FORMATS[t] for t in types}
-    if len(ids) == 1:
-        return types[0]
-    kinds = {LAYOUTS[i][0] for i in ids}
-    if kinds <= {"block", "q8"}:
-        kind = "block"  # Q8_0 beside other per-block types: 8-bit codes with an offset
-    elif kinds == {"super"}:
-        kind = "super"
-    else:
-        return None  # super-blocks beside per-block scales: no layout holds both exactly
-    want = (kind, max(LAYOUTS[i][1] for i in ids), min(LAYOUTS[i][2] for i in ids))
-    layout = next(i for i, spec in LAYOUTS.items() if spec == want)
-    return next(t for t, i in FORMATS.items() if i == layout)
+    parts: list[tuple[str, int]] = []
+    for t in types:
+        if parts and parts[-1][0] == t:
+            parts[-1] = (t, parts[-1][1] + 1)
+        else:
+            parts.append((t, 1))
+    return parts
 
 
-def pack_gguf_tensors(raws: list[torch.Tensor], types: list[str], orders: list[torch.Tensor | None],
-                      layout: str) -> torch.Tensor:
-    """Raw GGUF blocks ([rows, bytes] uint8 per tensor, stacked along outputs; each optional order
-    [rows] picks the stored row of every output row) -> packed weights in `layout`'s format."""
+def pack_gguf_tensors(raws: list[torch.Tensor], types: list[str], orders: list[torch.Tensor | None]) -> torch.Tensor:
+    """Raw GGUF blocks of one type ([rows, bytes] uint8 per tensor, stacked along outputs; each
+    optional order [rows] picks the stored row of every output row) -> packed weights in the type's
+    layout."""
     kernels = _kernels_or_raise()
     none = torch.empty(0, dtype=torch.long)
-    return kernels.pack_gguf(raws, types, [none if o is None else o for o in orders], FORMATS[layout])
+    return kernels.pack_gguf(raws, types, [none if o is None else o for o in orders])
 
 
 def _kernels_or_raise():
@@ -114,7 +109,8 @@ def quantized_kernels_available() -> bool:
 
 
 class QuantizedLinear(nn.Module):
-    """y = x Wᵀ (+ bias) with W in packed quantized codes; x [..., in] float32 -> [..., out] float32."""
+    """y = x Wᵀ (+ bias) with W in packed quantized codes; x [..., in] float32 -> [..., out] float32.
+    W is one or more parts stacked along the outputs, each in its own layout (`parts`, `layouts`)."""
 
     def __init__(self, codes: Int4Codes | Int8Codes, bias: torch.Tensor | None = None) -> None:
         kernels = _kernels_or_raise()
@@ -124,37 +120,60 @@ class QuantizedLinear(nn.Module):
         scales = _float16_exact(codes.scales, "scales")
         offsets = _float16_exact(codes.offsets, "offsets") if four else None
         packed = kernels.pack_quant_weights(codes.codes.contiguous(), scales, offsets)  # [N/16, K/32, bytes]
-        self._set_packed(packed, "Q4_1" if four else "Q8_0", bias)
+        self._set_parts([packed], ["Q4_1" if four else "Q8_0"], bias)
 
     @classmethod
-    def from_packed(cls, packed: torch.Tensor, layout: str, bias: torch.Tensor | None = None) -> "QuantizedLinear":
-        """A layer over weights already packed in `layout`'s format (GGUF blocks: `pack_gguf_tensors`)."""
+    def from_packed(cls, parts: list[torch.Tensor], layouts: list[str], bias: torch.Tensor | None = None) -> "QuantizedLinear":
+        """A layer over weights already packed, part i in `layouts[i]`'s format (GGUF blocks:
+        `pack_gguf_tensors`), the parts stacked along the outputs."""
         layer = cls.__new__(cls)
-        layer._set_packed(packed, layout, bias)
+        layer._set_parts(list(parts), list(layouts), bias)
         return layer
 
-    def _set_packed(self, packed: torch.Tensor, layout: str, bias: torch.Tensor | None) -> None:
+    def _set_parts(self, parts: list[torch.Tensor], layouts: list[str], bias: torch.Tensor | None) -> None:
         nn.Module.__init__(self)
-        self.packed = packed  # [N/16, units, unit bytes] uint8
-        self.layout = layout
-        self.bits = LAYOUTS[FORMATS[layout]][1]
-        self.out_features = packed.shape[0] * TILE
-        unit_inputs = 8 * GROUP if LAYOUTS[FORMATS[layout]][0] == "super" else GROUP  # inputs per packed unit
-        self.in_features = packed.shape[1] * unit_inputs
-        # inputs of a row sharing one 8-bit scale: Q8_K's per super-block, Q8_0's per block
-        self.activation_group = unit_inputs
+        if not parts or len(parts) != len(layouts):
+            raise ValueError("a quantized layer needs one layout per part")
+        self.parts = parts  # each [N_i/16, units, unit bytes] uint8
+        self.layouts = layouts
+        self.bits = min(CODE_BITS[layout] for layout in layouts)
+        self.part_features = [part.shape[0] * TILE for part in parts]  # outputs of each part
+        self.out_features = sum(self.part_features)
+        # inputs of a row sharing one 8-bit scale, per part: Q8_K's per super-block, Q8_0's per block
+        self.activation_groups = [8 * GROUP if layout in SUPER_BLOCK_TYPES else GROUP for layout in layouts]
+        self.in_features = parts[0].shape[1] * self.activation_groups[0]
         self.multiply = _kernels_or_raise().quant_linear
         self.bias = None if bias is None else bias.detach().float()
 
+    @property
+    def layout(self) -> str:
+        """The parts' layouts, as `Q4_K` or `Q4_K+Q6_K`."""
+        return "+".join(self.layouts)
+
+    @property
+    def packed(self) -> torch.Tensor:
+        """The packed weights of a one-part layer (a token table, a head's linear)."""
+        if len(self.parts) != 1:
+            raise ValueError(f"this layer has {len(self.parts)} parts ({self.layout}); use .parts")
+        return self.parts[0]
+
+    def slots(self, count: int) -> list[torch.Tensor]:
+        """The parts in `count` slots, unused ones empty (the fused kernels' weight lists, layer.cpp)."""
+        if len(self.parts) > count:
+            raise ValueError(f"a layer of {len(self.parts)} parts does not fit {count} slots")
+        return [*self.parts, *[torch.empty(0, dtype=torch.uint8)] * (count - len(self.parts))]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)  # [M, in]
-        out = self.multiply(rows, self.packed)  # [M, out]
+        out = self.multiply(rows, self.parts)  # [M, out]
         if self.bias is not None:
             out = out + self.bias
         return out.reshape(*x.shape[:-1], self.out_features)
 
     def dequantized_weight(self) -> torch.Tensor:  # [out, in] float32: the exact weights
-        return _kernels_or_raise().dequantize_packed(self.packed, torch.empty(0, dtype=torch.long))
+        kernels = _kernels_or_raise()
+        everything = torch.empty(0, dtype=torch.long)
+        return torch.cat([kernels.dequantize_packed(part, everything) for part in self.parts])
 
 
 class QuantizedEmbedding(nn.Module):

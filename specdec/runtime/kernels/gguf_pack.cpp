@@ -1,14 +1,15 @@
 // GGUF's quantized blocks, read as they are stored, into the kernels' packed formats — exactly: the
-// weights the kernel multiplies by are the file's (w = s * u + c with s and c exact in float32, see
-// quant_gemm.cpp), and `dequantize_packed` gives them back as gguf's dequantization computes them.
+// weights the kernel multiplies by are the file's (w = s * u + c, or s * (u - Z), with s and c exact
+// in float32, see quant_gemm.cpp), and `dequantize_packed` gives them back as gguf's dequantization
+// computes them.
 //
-// Block layouts follow ggml's (ggml-common.h): each decoder below turns one row of a tensor into a
-// DecodedRow (codes, and per-block or super-block scales). Offsets that are a multiple of a scale
-// (Q4_0's -8d, Q5_0's -16d, Q3_K's -4 d sc, Q6_K's -32 d sc) are checked to be exact in float16.
+// Block layouts follow ggml's (ggml-common.h): each decoder below turns one GGUF block of a row into
+// its format's numbers in a DecodedRow (codes, and per-block or super-block scales). Each type has a
+// format of its own (quant_formats.h), holding what the type stores and nothing more: symmetric types
+// (Q4_0, Q5_0, Q3_K, Q6_K: w = d (q - Z)) keep no offset, the others their mins.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <c10/util/Half.h>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -27,12 +28,10 @@ inline c10::Half half_at(const uint8_t* p) {
   return c10::Half(bits, c10::Half::from_bits());
 }
 
-// `scale` times a power of two, which must stay exact in float16 (it does unless it overflows).
-inline c10::Half scaled_half(c10::Half scale, float factor, bool& inexact) {
-  const float value = static_cast<float>(scale) * factor;
-  const c10::Half result(value);
-  if (static_cast<float>(result) != value) inexact = true;
-  return result;
+inline c10::Half negated_half_at(const uint8_t* p) {  // -x: the sign bit flipped, exact
+  uint16_t bits;
+  std::memcpy(&bits, p, 2);
+  return c10::Half(static_cast<uint16_t>(bits ^ 0x8000), c10::Half::from_bits());
 }
 
 // K-quants' 6-bit scale and min of sub-block j (ggml's get_scale_min_k4).
@@ -46,30 +45,24 @@ inline void scale_min_k4(int j, const uint8_t* q, int& scale, int& min) {
   }
 }
 
-enum class Kind { kBlock, kSuper, kQ8 };
-
 struct GgufType {
   const char* name;
   int64_t block_inputs;  // inputs per GGUF block
   int64_t block_bytes;
-  Kind kind;
+  Format format;         // the packed format that holds it
   // decodes one GGUF block (of block_inputs inputs) at `src` into `row`, its first input at `at`
-  void (*decode)(const uint8_t* src, int64_t at, DecodedRow& row, bool& inexact);
-  // Q8_0 only: its blocks as unsigned codes with an offset, for the 8-bit per-block layout
-  void (*decode_affine)(const uint8_t* src, int64_t at, DecodedRow& row, bool& inexact) = nullptr;
+  void (*decode)(const uint8_t* src, int64_t at, DecodedRow& row);
 };
 
-void decode_q4_0(const uint8_t* s, int64_t at, DecodedRow& row, bool& inexact) {
-  const c10::Half d = half_at(s);
+void decode_q4_0(const uint8_t* s, int64_t at, DecodedRow& row) {  // u = q + 8, as stored
   for (int i = 0; i < 16; ++i) {
     row.codes[at + i] = s[2 + i] & 0x0F;
     row.codes[at + 16 + i] = s[2 + i] >> 4;
   }
-  row.scale[at / kBlock] = d;
-  row.offset[at / kBlock] = scaled_half(d, -8.f, inexact);
+  row.scale[at / kBlock] = half_at(s);
 }
 
-void decode_q4_1(const uint8_t* s, int64_t at, DecodedRow& row, bool&) {
+void decode_q4_1(const uint8_t* s, int64_t at, DecodedRow& row) {
   for (int i = 0; i < 16; ++i) {
     row.codes[at + i] = s[4 + i] & 0x0F;
     row.codes[at + 16 + i] = s[4 + i] >> 4;
@@ -78,41 +71,33 @@ void decode_q4_1(const uint8_t* s, int64_t at, DecodedRow& row, bool&) {
   row.offset[at / kBlock] = half_at(s + 2);
 }
 
-void five_bit_codes(const uint8_t* qh_bytes, const uint8_t* qs, int64_t at, DecodedRow& row) {
+// Q5_x's 5-bit codes (0..31) plus `shift`.
+void five_bit_codes(const uint8_t* qh_bytes, const uint8_t* qs, int64_t at, DecodedRow& row, int shift) {
   uint32_t qh;
   std::memcpy(&qh, qh_bytes, 4);
   for (int j = 0; j < 16; ++j) {
-    row.codes[at + j] = (qs[j] & 0x0F) | (((qh >> j) << 4) & 0x10);
-    row.codes[at + 16 + j] = (qs[j] >> 4) | ((qh >> (j + 12)) & 0x10);
+    row.codes[at + j] = static_cast<uint8_t>(((qs[j] & 0x0F) | (((qh >> j) << 4) & 0x10)) + shift);
+    row.codes[at + 16 + j] = static_cast<uint8_t>(((qs[j] >> 4) | ((qh >> (j + 12)) & 0x10)) + shift);
   }
 }
 
-void decode_q5_0(const uint8_t* s, int64_t at, DecodedRow& row, bool& inexact) {
-  five_bit_codes(s + 2, s + 6, at, row);
-  const c10::Half d = half_at(s);
-  row.scale[at / kBlock] = d;
-  row.offset[at / kBlock] = scaled_half(d, -16.f, inexact);
+void decode_q5_0(const uint8_t* s, int64_t at, DecodedRow& row) {  // w = d (q5 - 16) = d (u - 32), u = q5 + 16
+  five_bit_codes(s + 2, s + 6, at, row, 16);
+  row.scale[at / kBlock] = half_at(s);
 }
 
-void decode_q5_1(const uint8_t* s, int64_t at, DecodedRow& row, bool&) {
-  five_bit_codes(s + 4, s + 8, at, row);
+void decode_q5_1(const uint8_t* s, int64_t at, DecodedRow& row) {
+  five_bit_codes(s + 4, s + 8, at, row, 0);
   row.scale[at / kBlock] = half_at(s);
   row.offset[at / kBlock] = half_at(s + 2);
 }
 
-void decode_q8_0(const uint8_t* s, int64_t at, DecodedRow& row, bool&) {
+void decode_q8_0(const uint8_t* s, int64_t at, DecodedRow& row) {
   std::memcpy(row.codes.data() + at, s + 2, 32);
   row.scale[at / kBlock] = half_at(s);
 }
 
-void decode_q8_0_affine(const uint8_t* s, int64_t at, DecodedRow& row, bool& inexact) {  // u = q + 128
-  for (int i = 0; i < 32; ++i) row.codes[at + i] = static_cast<uint8_t>(static_cast<int8_t>(s[2 + i]) + 128);
-  const c10::Half d = half_at(s);
-  row.scale[at / kBlock] = d;
-  row.offset[at / kBlock] = scaled_half(d, -128.f, inexact);
-}
-
-void decode_q2_k(const uint8_t* s, int64_t at, DecodedRow& row, bool& inexact) {
+void decode_q2_k(const uint8_t* s, int64_t at, DecodedRow& row) {
   const uint8_t* scales = s;
   const uint8_t* qs = s + 16;
   for (int e = 0; e < 256; ++e) {
@@ -124,17 +109,17 @@ void decode_q2_k(const uint8_t* s, int64_t at, DecodedRow& row, bool& inexact) {
     row.mn[at / 16 + g] = static_cast<int8_t>(scales[g] >> 4);
   }
   row.d[at / 256] = half_at(s + 80);
-  row.m[at / 256] = scaled_half(half_at(s + 82), -1.f, inexact);
+  row.m[at / 256] = negated_half_at(s + 82);
 }
 
-void decode_q3_k(const uint8_t* s, int64_t at, DecodedRow& row, bool& inexact) {
+void decode_q3_k(const uint8_t* s, int64_t at, DecodedRow& row) {  // w = d sc q, q = low - 4 (1 - high); u = q + 8
   const uint8_t* hmask = s;
   const uint8_t* qs = s + 32;
   for (int e = 0; e < 256; ++e) {
     const int c = e / 128, j = (e % 128) / 32, half = (e % 32) / 16, l = e % 16;
     const int low = (qs[c * 32 + half * 16 + l] >> (2 * j)) & 3;
     const int high = (hmask[half * 16 + l] >> (c * 4 + j)) & 1;
-    row.codes[at + e] = static_cast<uint8_t>(low + 4 * high);  // q + 4, q = low - 4 (1 - high)
+    row.codes[at + e] = static_cast<uint8_t>(low + 4 * high + 4);
   }
   uint32_t aux[4];
   std::memcpy(aux, s + 96, 12);
@@ -144,13 +129,11 @@ void decode_q3_k(const uint8_t* s, int64_t at, DecodedRow& row, bool& inexact) {
   aux[0] = (aux[0] & kmask2) | (((tmp >> 0) & kmask1) << 4);
   aux[1] = (aux[1] & kmask2) | (((tmp >> 2) & kmask1) << 4);
   const uint8_t* six = reinterpret_cast<const uint8_t*>(aux);
-  for (int g = 0; g < 16; ++g) row.sc[at / 16 + g] = row.mn[at / 16 + g] = static_cast<int8_t>(six[g] - 32);
-  const c10::Half d = half_at(s + 108);
-  row.d[at / 256] = d;
-  row.m[at / 256] = scaled_half(d, -4.f, inexact);
+  for (int g = 0; g < 16; ++g) row.sc[at / 16 + g] = static_cast<int8_t>(six[g] - 32);
+  row.d[at / 256] = half_at(s + 108);
 }
 
-void k4_scales(const uint8_t* s, int64_t at, DecodedRow& row, bool& inexact) {
+void k4_scales(const uint8_t* s, int64_t at, DecodedRow& row) {
   for (int j = 0; j < 8; ++j) {
     int scale, min;
     scale_min_k4(j, s + 4, scale, min);
@@ -158,20 +141,20 @@ void k4_scales(const uint8_t* s, int64_t at, DecodedRow& row, bool& inexact) {
     row.mn[at / 16 + 2 * j] = row.mn[at / 16 + 2 * j + 1] = static_cast<int8_t>(min);
   }
   row.d[at / 256] = half_at(s);
-  row.m[at / 256] = scaled_half(half_at(s + 2), -1.f, inexact);
+  row.m[at / 256] = negated_half_at(s + 2);
 }
 
-void decode_q4_k(const uint8_t* s, int64_t at, DecodedRow& row, bool& inexact) {
+void decode_q4_k(const uint8_t* s, int64_t at, DecodedRow& row) {
   const uint8_t* qs = s + 16;
   for (int b = 0; b < 8; ++b)
     for (int l = 0; l < 32; ++l) {
       const uint8_t byte = qs[(b / 2) * 32 + l];
       row.codes[at + b * 32 + l] = b % 2 ? byte >> 4 : byte & 0x0F;
     }
-  k4_scales(s, at, row, inexact);
+  k4_scales(s, at, row);
 }
 
-void decode_q5_k(const uint8_t* s, int64_t at, DecodedRow& row, bool& inexact) {
+void decode_q5_k(const uint8_t* s, int64_t at, DecodedRow& row) {
   const uint8_t* qh = s + 16;
   const uint8_t* qs = s + 48;
   for (int b = 0; b < 8; ++b)
@@ -180,10 +163,10 @@ void decode_q5_k(const uint8_t* s, int64_t at, DecodedRow& row, bool& inexact) {
       const int low = b % 2 ? byte >> 4 : byte & 0x0F;
       row.codes[at + b * 32 + l] = static_cast<uint8_t>(low + 16 * ((qh[l] >> b) & 1));
     }
-  k4_scales(s, at, row, inexact);
+  k4_scales(s, at, row);
 }
 
-void decode_q6_k(const uint8_t* s, int64_t at, DecodedRow& row, bool& inexact) {
+void decode_q6_k(const uint8_t* s, int64_t at, DecodedRow& row) {  // w = d sc (u - 32), u as stored
   const uint8_t* ql = s;
   const uint8_t* qh = s + 128;
   const int8_t* scales = reinterpret_cast<const int8_t*>(s + 192);
@@ -192,20 +175,18 @@ void decode_q6_k(const uint8_t* s, int64_t at, DecodedRow& row, bool& inexact) {
     const uint8_t byte = ql[n * 64 + (k % 2) * 32 + l];
     const int low = k < 2 ? byte & 0x0F : byte >> 4;
     const int high = (qh[n * 32 + l] >> (2 * k)) & 3;
-    row.codes[at + e] = static_cast<uint8_t>(low | (high << 4));  // q + 32
+    row.codes[at + e] = static_cast<uint8_t>(low | (high << 4));
   }
-  for (int g = 0; g < 16; ++g) row.sc[at / 16 + g] = row.mn[at / 16 + g] = scales[g];
-  const c10::Half d = half_at(s + 208);
-  row.d[at / 256] = d;
-  row.m[at / 256] = scaled_half(d, -32.f, inexact);
+  for (int g = 0; g < 16; ++g) row.sc[at / 16 + g] = scales[g];
+  row.d[at / 256] = half_at(s + 208);
 }
 
 const GgufType kTypes[] = {
-    {"Q4_0", 32, 18, Kind::kBlock, decode_q4_0}, {"Q4_1", 32, 20, Kind::kBlock, decode_q4_1},
-    {"Q5_0", 32, 22, Kind::kBlock, decode_q5_0}, {"Q5_1", 32, 24, Kind::kBlock, decode_q5_1},
-    {"Q8_0", 32, 34, Kind::kQ8, decode_q8_0, decode_q8_0_affine},    {"Q2_K", 256, 84, Kind::kSuper, decode_q2_k},
-    {"Q3_K", 256, 110, Kind::kSuper, decode_q3_k}, {"Q4_K", 256, 144, Kind::kSuper, decode_q4_k},
-    {"Q5_K", 256, 176, Kind::kSuper, decode_q5_k}, {"Q6_K", 256, 210, Kind::kSuper, decode_q6_k},
+    {"Q4_0", 32, 18, Format::kSym4, decode_q4_0},         {"Q4_1", 32, 20, Format::kBlock4, decode_q4_1},
+    {"Q5_0", 32, 22, Format::kSym6, decode_q5_0},         {"Q5_1", 32, 24, Format::kBlock6, decode_q5_1},
+    {"Q8_0", 32, 34, Format::kQ8, decode_q8_0},           {"Q2_K", 256, 84, Format::kSuper4G16, decode_q2_k},
+    {"Q3_K", 256, 110, Format::kSuper4G16Sym, decode_q3_k}, {"Q4_K", 256, 144, Format::kSuper4G32, decode_q4_k},
+    {"Q5_K", 256, 176, Format::kSuper6G32, decode_q5_k},  {"Q6_K", 256, 210, Format::kSuper6G16Sym, decode_q6_k},
 };
 
 const GgufType& gguf_type(const std::string& name) {
@@ -214,32 +195,23 @@ const GgufType& gguf_type(const std::string& name) {
   TORCH_CHECK(false, "pack_gguf: no packing for GGUF type ", name);
 }
 
-Kind kind_of(Format format) {
-  if (format == Format::kQ8) return Kind::kQ8;
-  return specdec::is_super(format) ? Kind::kSuper : Kind::kBlock;
-}
-
 }  // namespace
 
-// Packs tensors stacked along their outputs (a fused q/k/v or gate/up, or one tensor) into one
-// packed weight of `format` (quant_formats.h). raws[i]: [rows_i, bytes per row] uint8, the GGUF
-// tensor's blocks as stored; types[i]: its GGUF type name; orders[i]: [rows_i] int64, which stored
-// row becomes output row r of the part (an un-permutation), or empty for the stored order.
+// Packs tensors of one GGUF type stacked along their outputs (a fused q/k/v or gate/up, or one
+// tensor) into that type's packed format (quant_formats.h). raws[i]: [rows_i, bytes per row] uint8,
+// the GGUF tensor's blocks as stored; types[i]: its GGUF type name; orders[i]: [rows_i] int64, which
+// stored row becomes output row r of the part (an un-permutation), or empty for the stored order.
 torch::Tensor pack_gguf(const std::vector<torch::Tensor>& raws, const std::vector<std::string>& types,
-                        const std::vector<torch::Tensor>& orders, int64_t format_id) {
+                        const std::vector<torch::Tensor>& orders) {
   TORCH_CHECK(!raws.empty() && raws.size() == types.size() && raws.size() == orders.size(),
               "pack_gguf: one type and one order per tensor");
-  TORCH_CHECK(format_id >= 0 && format_id <= static_cast<int64_t>(Format::kSym4), "pack_gguf: unknown format ", format_id);
-  const Format format = static_cast<Format>(format_id);
-  std::vector<const GgufType*> kinds;
-  std::vector<bool> affine;  // Q8_0 read as unsigned codes with an offset
+  const GgufType& type = gguf_type(types[0]);
   std::vector<int64_t> starts{0};
   std::vector<torch::Tensor> order_list;
   int64_t k = -1;
   for (size_t p = 0; p < raws.size(); ++p) {
-    const GgufType& type = gguf_type(types[p]);
-    const bool q8_as_affine = type.kind == Kind::kQ8 && format == Format::kBlock8;
-    TORCH_CHECK(type.kind == kind_of(format) || q8_as_affine, "pack_gguf: ", types[p], " does not go into format ", format_id);
+    TORCH_CHECK(types[p] == types[0], "pack_gguf: the stacked tensors are of different types (", types[0], ", ",
+                types[p], "); pack each type apart");
     TORCH_CHECK(raws[p].dtype() == torch::kUInt8 && raws[p].dim() == 2 && raws[p].is_contiguous(),
                 "pack_gguf: raw blocks [rows, bytes] uint8, contiguous");
     TORCH_CHECK(raws[p].size(1) % type.block_bytes == 0, "pack_gguf: a row of ", types[p], " is whole blocks");
@@ -248,28 +220,19 @@ torch::Tensor pack_gguf(const std::vector<torch::Tensor>& raws, const std::vecto
     k = inputs;
     const torch::Tensor order = orders[p].numel() ? orders[p].to(torch::kLong).contiguous() : orders[p];
     TORCH_CHECK(!order.numel() || order.numel() == raws[p].size(0), "pack_gguf: an order per row");
-    kinds.push_back(&type);
-    affine.push_back(q8_as_affine);
     order_list.push_back(order);
     starts.push_back(starts.back() + raws[p].size(0));
   }
-  std::atomic<bool> inexact{false};
   specdec::RowSource source = [&](int64_t row, DecodedRow& out) {
     size_t p = 0;
     while (row >= starts[p + 1]) ++p;
     int64_t stored = row - starts[p];
     if (order_list[p].numel()) stored = order_list[p].data_ptr<int64_t>()[stored];
     TORCH_CHECK(stored >= 0 && stored < raws[p].size(0), "pack_gguf: an order names a row that is not there");
-    const GgufType& type = *kinds[p];
     const uint8_t* src = raws[p].data_ptr<uint8_t>() + stored * raws[p].size(1);
-    bool local = false;
-    const auto decode = affine[p] ? type.decode_affine : type.decode;
-    for (int64_t at = 0; at < k; at += type.block_inputs) decode(src + at / type.block_inputs * type.block_bytes, at, out, local);
-    if (local) inexact = true;
+    for (int64_t at = 0; at < k; at += type.block_inputs) type.decode(src + at / type.block_inputs * type.block_bytes, at, out);
   };
-  torch::Tensor packed = specdec::pack_rows(format, starts.back(), k, source);
-  TORCH_CHECK(!inexact, "pack_gguf: a scaled offset does not fit float16 exactly (an overflowing block scale)");
-  return packed;
+  return specdec::pack_rows(type.format, starts.back(), k, source);
 }
 
 // The weights of a packed tensor, rows `rows` ([R] int64; every output when empty), as float32

@@ -506,12 +506,12 @@ torch::Tensor attention_segments(torch::Tensor q, const std::vector<torch::Tenso
 }
 
 // quant_gemm.cpp
-torch::Tensor quant_linear(torch::Tensor x, torch::Tensor packed);
+torch::Tensor quant_linear(torch::Tensor x, const std::vector<torch::Tensor>& parts);
 torch::Tensor pack_quant_weights(torch::Tensor codes, torch::Tensor scales, c10::optional<torch::Tensor> offsets);
 std::string quant_linear_path();
 // gguf_pack.cpp
 torch::Tensor pack_gguf(const std::vector<torch::Tensor>& raws, const std::vector<std::string>& types,
-                        const std::vector<torch::Tensor>& orders, int64_t format_id);
+                        const std::vector<torch::Tensor>& orders);
 torch::Tensor dequantize_packed(torch::Tensor packed, torch::Tensor rows);
 // layer.cpp
 torch::Tensor decoder_layers(torch::Tensor x, const std::vector<torch::Tensor>& layer_weights, int64_t num_layers,
@@ -528,10 +528,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("silu_mul", &silu_mul, "silu(gate) * up");
   m.def("attention", &attention, "batch-invariant attention over a static cache");
   m.def("attention_segments", &attention_segments, "batch-invariant attention of segments, one cache each, in one call");
-  m.def("quant_linear", &quant_linear, "4- or 8-bit weights x 8-bit rows, every row by one recipe");
+  m.def("quant_linear", &quant_linear, "quantized weights (parts stacked along the outputs) x 8-bit rows, every row by one recipe");
   m.def("pack_quant_weights", &pack_quant_weights, "codes, scales (and 4-bit offsets) into quant_linear's layout",
         py::arg("codes"), py::arg("scales"), py::arg("offsets") = py::none());
-  m.def("pack_gguf", &pack_gguf, "GGUF blocks as stored (one tensor, or several stacked along outputs) into a packed format, exactly");
+  m.def("pack_gguf", &pack_gguf, "GGUF blocks of one type as stored (one tensor, or several stacked along outputs) into its packed format, exactly");
   m.def("dequantize_packed", &dequantize_packed, "the exact float32 weights of rows of a packed tensor (all rows when empty)");
   m.def("quant_linear_path", &quant_linear_path, "the instruction set quant_linear was built for");
   m.def("eagle3_layer", &eagle3_layer, "an EAGLE-3 head's decoder layer over new pairs of one sequence (quantized linears), in one call");

@@ -13,11 +13,19 @@ torch::Tensor attention_segments(torch::Tensor q, const std::vector<torch::Tenso
                                  const std::vector<torch::Tensor>& values, int64_t layer,
                                  const std::vector<int64_t>& pasts, const std::vector<int64_t>& tokens,
                                  const std::vector<torch::Tensor>& tree_masks);
-torch::Tensor quant_linear(torch::Tensor x, torch::Tensor packed);
+torch::Tensor quant_linear(torch::Tensor x, const std::vector<torch::Tensor>& parts);
 
 namespace {
 
-constexpr int kWeightsPerLayer = 7;  // attn norm, qkv, qkv bias (or empty), o, mlp norm, gate_up, down
+// A linear layer is its parts, packed weights stacked along the outputs, one per GGUF type (a fused
+// q/k/v of Q4_K beside a Q6_K v is two parts), in a fixed number of slots (unused slots empty).
+constexpr int kQkvSlots = 3, kGateUpSlots = 2;
+// attn norm, qkv (3 slots), qkv bias (or empty), o, mlp norm, gate_up (2 slots), down
+constexpr int kWeightsPerLayer = 10;
+
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor* slots, int count) {
+  return quant_linear(x, std::vector<torch::Tensor>(slots, slots + count));
+}
 
 // All segments of layer `layer`: qkv [N, (H + 2 Hkv) D] -> q [N, H, D] with RoPE; segment b's k (RoPE)
 // and v of its token t written into its cache (keys[b], values[b]: [L, 1, Hkv, S_b, D]) at layer
@@ -61,7 +69,7 @@ void rope_and_store(const torch::Tensor& qkv, const torch::Tensor& cos, const to
 
 // The rest of a decoder layer once its qkv [N, (H + 2 Hkv) D] is computed: RoPE and the cache
 // writes, attention, the output projection onto the residual `stream` [N, hidden], then the MLP with
-// its norm. w: o (packed), mlp norm, gate_up (packed), down (packed). Returns the new stream.
+// its norm. w: o (packed), mlp norm, gate_up (2 slots), down (packed). Returns the new stream.
 torch::Tensor attend_and_mix(const torch::Tensor& stream, const torch::Tensor& qkv, const torch::Tensor* w,
                              const torch::Tensor& cos, const torch::Tensor& sin, torch::Tensor& q,
                              const std::vector<torch::Tensor>& keys, const std::vector<torch::Tensor>& values,
@@ -72,8 +80,8 @@ torch::Tensor attend_and_mix(const torch::Tensor& stream, const torch::Tensor& q
   rope_and_store(qkv, cos, sin, q, keys, values, layer, pasts, starts, heads, kv_heads, dim);
   torch::Tensor attended = attention_segments(q, keys, values, layer, pasts, tokens, masks)  // [N, H, D]
                                .view({rows, heads * dim});
-  torch::Tensor mixed = stream + quant_linear(attended, w[0]);
-  return mixed + quant_linear(silu_mul(quant_linear(rms_norm(mixed, w[1], eps), w[2])), w[3]);
+  torch::Tensor mixed = stream + linear(attended, w, 1);
+  return mixed + linear(silu_mul(linear(rms_norm(mixed, w[1], eps), w + 2, kGateUpSlots)), w + 2 + kGateUpSlots, 1);
 }
 
 }  // namespace
@@ -84,7 +92,7 @@ torch::Tensor attend_and_mix(const torch::Tensor& stream, const torch::Tensor& q
 // N = Σ T_b rows at once (each weight read once per pass); RoPE and the cache writes run over all
 // segments in one loop, and attention over all of them in one call (`attention_segments`: one
 // parallel pass over every (segment, KV head, token chunk), each row by `attention`'s recipe).
-// x: [N, hidden] float32; layer_weights: 7 tensors per layer (see kWeightsPerLayer), packed linears
+// x: [N, hidden] float32; layer_weights: 10 tensors per layer (see kWeightsPerLayer), packed linears
 // as `quant_linear` takes them; cos, sin: [N, D]; the first `num_layers` layers run. Returns the
 // residual stream after them, [N, hidden].
 torch::Tensor decoder_layers(torch::Tensor x, const std::vector<torch::Tensor>& layer_weights, int64_t num_layers,
@@ -117,9 +125,9 @@ torch::Tensor decoder_layers(torch::Tensor x, const std::vector<torch::Tensor>& 
   torch::Tensor q = torch::empty({rows, heads, dim}, stream.options());  // [N, H, D], rewritten every layer
   for (int64_t l = 0; l < num_layers; ++l) {
     const torch::Tensor* w = layer_weights.data() + l * kWeightsPerLayer;
-    torch::Tensor qkv = quant_linear(rms_norm(stream, w[0], eps), w[1]);  // [N, (H + 2 Hkv) D]
-    if (w[2].numel()) qkv.add_(w[2]);
-    stream = attend_and_mix(stream, qkv.contiguous(), w + 3, cos, sin, q, keys, values, l, pasts, starts, tokens, masks,
+    torch::Tensor qkv = linear(rms_norm(stream, w[0], eps), w + 1, kQkvSlots);  // [N, (H + 2 Hkv) D]
+    if (w[4].numel()) qkv.add_(w[4]);
+    stream = attend_and_mix(stream, qkv.contiguous(), w + 5, cos, sin, q, keys, values, l, pasts, starts, tokens, masks,
                             eps, heads, kv_heads, dim);
   }
   return stream;
@@ -129,14 +137,14 @@ torch::Tensor decoder_layers(torch::Tensor x, const std::vector<torch::Tensor>& 
 // among them, after the `past` pairs in its cache (keys, values: [1, 1, Hkv, S, D]): q, k and v from
 // [input_layernorm(embeds) ; hidden_norm(hidden)] (2 H wide), the residual is `hidden`; then the
 // attention, post-attention norm and MLP as a decoder layer's. embeds, hidden: [n, H] float32;
-// weights: input_layernorm, hidden_norm, qkv (packed), qkv bias (or empty), o (packed),
-// post_attention_layernorm, gate_up (packed), down (packed); cos, sin: [n, D]. Returns the layer's
+// weights: input_layernorm, hidden_norm, qkv (3 slots), qkv bias (or empty), o (packed),
+// post_attention_layernorm, gate_up (2 slots), down (packed); cos, sin: [n, D]. Returns the layer's
 // output h [n, H] (before the head's final norm). The Python layer's operations in its order, on the
 // kernels (its RMSNorm and attention are this file's, not PyTorch's), in one call instead of some 40.
 torch::Tensor eagle3_layer(torch::Tensor embeds, torch::Tensor hidden, const std::vector<torch::Tensor>& weights,
                            torch::Tensor cos, torch::Tensor sin, torch::Tensor keys, torch::Tensor values, int64_t past,
                            double eps, int64_t heads, int64_t kv_heads) {
-  TORCH_CHECK(weights.size() == 8, "eagle3_layer wants 8 weights");
+  TORCH_CHECK(weights.size() == 11, "eagle3_layer wants 11 weights");
   TORCH_CHECK(embeds.dim() == 2 && hidden.sizes() == embeds.sizes(), "eagle3_layer wants embeds and hidden [n, H]");
   TORCH_CHECK(keys.is_contiguous() && values.is_contiguous() && keys.dim() == 5 && keys.size(2) == kv_heads &&
               values.sizes() == keys.sizes(), "eagle3_layer wants a contiguous cache [1, 1, Hkv, S, D]");
@@ -147,10 +155,10 @@ torch::Tensor eagle3_layer(torch::Tensor embeds, torch::Tensor hidden, const std
   const std::vector<torch::Tensor> key_list{keys}, value_list{values}, masks{torch::empty({0}, torch::kBool)};  // causal
   const std::vector<int64_t> pasts{past}, tokens{rows}, starts{0, rows};
   torch::Tensor x = torch::cat({rms_norm(embeds, weights[0], eps), rms_norm(hidden, weights[1], eps)}, 1);  // [n, 2H]
-  torch::Tensor qkv = quant_linear(x, weights[2]);  // [n, (H + 2 Hkv) D]
-  if (weights[3].numel()) qkv.add_(weights[3]);
+  torch::Tensor qkv = linear(x, weights.data() + 2, kQkvSlots);  // [n, (H + 2 Hkv) D]
+  if (weights[5].numel()) qkv.add_(weights[5]);
   TORCH_CHECK(qkv.size(1) == (heads + 2 * kv_heads) * dim, "eagle3_layer: qkv is not (H + 2 Hkv) D wide");
   torch::Tensor q = torch::empty({rows, heads, dim}, hidden.options());  // [n, H, D]
-  return attend_and_mix(hidden.contiguous(), qkv.contiguous(), weights.data() + 4, cos.contiguous(), sin.contiguous(),
+  return attend_and_mix(hidden.contiguous(), qkv.contiguous(), weights.data() + 6, cos.contiguous(), sin.contiguous(),
                         q, key_list, value_list, 0, pasts, starts, tokens, masks, eps, heads, kv_heads, dim);
 }

@@ -18,18 +18,21 @@ constexpr int kTile = 16;   // outputs per tile
 constexpr int kBlock = 32;  // inputs per block
 constexpr int kSuperBlocks = 8;  // blocks per super-block (256 inputs, as K-quants)
 
-// Format ids, shared with Python (runtime/quant.py FORMATS).
+// Format ids, shared with Python (runtime/quant.py FORMATS): one per GGUF type, each the type's own
+// numbers (codes, scales, offsets where the type has them).
 enum class Format : int {
-  kBlock4 = 0,    // 4-bit codes, float16 scale and offset per block (Q4_0, Q4_1)
-  kBlock6 = 1,    // 6-bit codes, float16 scale and offset per block (Q5_0, Q5_1)
-  kSuper4G32 = 2, // 4-bit codes, super-block d and m, int8 sc and mn per 32 (Q4_K)
-  kSuper4G16 = 3, // 4-bit codes, per 16 (Q2_K, Q3_K)
-  kSuper6G32 = 4, // 6-bit codes, per 32 (Q5_K)
-  kSuper6G16 = 5, // 6-bit codes, per 16 (Q6_K)
-  kQ8 = 6,        // 8-bit codes q + 128, float16 scale per block (Q8_0)
-  kBlock8 = 7,    // 8-bit codes, float16 scale and offset per block (Q8_0 beside Q4_x/Q5_x in one layer)
-  kSym4 = 8,      // 4-bit codes q + 8, float16 scale per block (Q4_0)
+  kBlock4 = 0,        // 4-bit codes, float16 scale and offset per block (Q4_1)
+  kBlock6 = 1,        // 6-bit codes, float16 scale and offset per block (Q5_1)
+  kSuper4G32 = 2,     // 4-bit codes, super-block d and m, int8 sc and mn per 32 (Q4_K)
+  kSuper4G16 = 3,     // 4-bit codes, as Q4_K's per 16 (Q2_K)
+  kSuper6G32 = 4,     // 6-bit codes, as Q4_K's (Q5_K)
+  kSuper6G16Sym = 5,  // 6-bit codes q + 32, super-block d, int8 sc per 16 (Q6_K)
+  kQ8 = 6,            // 8-bit codes q + 128, float16 scale per block (Q8_0)
+  kSuper4G16Sym = 7,  // 4-bit codes q + 8, super-block d, int8 sc per 16 (Q3_K)
+  kSym4 = 8,          // 4-bit codes q + 8, float16 scale per block (Q4_0)
+  kSym6 = 9,          // 6-bit codes q + 32, float16 scale per block (Q5_0)
 };
+constexpr int kLastFormat = 9;
 
 // SYM: no stored offset; the codes are q + Z (Z = 2^(BITS-1)) and w = s (u - Z).
 template <int BITS, int GROUP, bool SUPER, bool SYM = false>
@@ -41,18 +44,22 @@ struct Affine {
   static constexpr bool kSym = SYM;
   static constexpr int kZero = SYM ? 1 << (BITS - 1) : 0;
   static constexpr int64_t kCodeBytes = BITS == 4 ? 256 : BITS == 6 ? 384 : 512;  // 6-bit: nibbles, then 2-bit planes
-  static constexpr int64_t kBlockBytes = kCodeBytes + (SUPER ? 32 * kHalves : SYM ? 32 : 64);
-  static constexpr int64_t kUnitBytes = SUPER ? 64 + kSuperBlocks * kBlockBytes : kBlockBytes;
+  // per block: 16 float16 scales (and 16 offsets), or per group 16 int8 sc (and 16 int8 mn)
+  static constexpr int64_t kParamBytes = SUPER ? (SYM ? 16 : 32) * kHalves : SYM ? 32 : 64;
+  static constexpr int64_t kBlockBytes = kCodeBytes + kParamBytes;
+  static constexpr int64_t kHeaderBytes = SUPER ? (SYM ? 32 : 64) : 0;  // 16 float16 d (and 16 m)
+  static constexpr int64_t kUnitBytes = SUPER ? kHeaderBytes + kSuperBlocks * kBlockBytes : kBlockBytes;
 };
 using Block4 = Affine<4, 32, false>;
 using Block6 = Affine<6, 32, false>;
-using Block8 = Affine<8, 32, false>;
 using Sym4 = Affine<4, 32, false, true>;
+using Sym6 = Affine<6, 32, false, true>;
 using Sym8 = Affine<8, 32, false, true>;
 using Super4G32 = Affine<4, 32, true>;
 using Super4G16 = Affine<4, 16, true>;
 using Super6G32 = Affine<6, 32, true>;
-using Super6G16 = Affine<6, 16, true>;
+using Super4G16Sym = Affine<4, 16, true, true>;
+using Super6G16Sym = Affine<6, 16, true, true>;
 
 template <class T>
 struct Tag {
@@ -68,10 +75,11 @@ void dispatch_format(Format format, Fn&& f) {
     case Format::kSuper4G32: f(Tag<Super4G32>{}); break;
     case Format::kSuper4G16: f(Tag<Super4G16>{}); break;
     case Format::kSuper6G32: f(Tag<Super6G32>{}); break;
-    case Format::kSuper6G16: f(Tag<Super6G16>{}); break;
+    case Format::kSuper6G16Sym: f(Tag<Super6G16Sym>{}); break;
     case Format::kQ8: f(Tag<Sym8>{}); break;
-    case Format::kBlock8: f(Tag<Block8>{}); break;
+    case Format::kSuper4G16Sym: f(Tag<Super4G16Sym>{}); break;
     case Format::kSym4: f(Tag<Sym4>{}); break;
+    case Format::kSym6: f(Tag<Sym6>{}); break;
   }
 }
 
@@ -92,14 +100,14 @@ inline int64_t blocks_per_unit(Format format) { return is_super(format) ? kSuper
 // The format of a packed tensor [N/16, units, unit bytes]: the unit size names it.
 inline Format format_of(const torch::Tensor& packed) {
   TORCH_CHECK(packed.dtype() == torch::kUInt8 && packed.dim() == 3 && packed.is_contiguous(), "quant_linear: bad packing");
-  for (int id = 0; id <= static_cast<int>(Format::kSym4); ++id)
+  for (int id = 0; id <= kLastFormat; ++id)
     if (unit_bytes(static_cast<Format>(id)) == packed.size(2)) return static_cast<Format>(id);
   TORCH_CHECK(false, "quant_linear: bad packing (unit of ", packed.size(2), " bytes)");
 }
 
 template <class F>
 inline const uint8_t* block_of(const uint8_t* tile, int64_t b) {
-  if constexpr (F::kSuper) return tile + (b / kSuperBlocks) * F::kUnitBytes + 64 + (b % kSuperBlocks) * F::kBlockBytes;
+  if constexpr (F::kSuper) return tile + (b / kSuperBlocks) * F::kUnitBytes + F::kHeaderBytes + (b % kSuperBlocks) * F::kBlockBytes;
   else return tile + b * F::kBlockBytes;
 }
 
@@ -122,32 +130,33 @@ inline int affine_code(const uint8_t* blk, int lane, int i) {
 }
 
 // Scales and offsets of output `lane` in block b (groups h = 0, 1; with one group per block both
-// entries are that group's), exact in float32.
+// entries are that group's), exact in float32; symmetric formats' offsets are 0 (w = s (u - Z)).
 template <class F>
 inline void affine_params(const uint8_t* tile, int64_t b, int lane, float* s, float* c) {
   const uint8_t* params = block_of<F>(tile, b) + F::kCodeBytes;
   if constexpr (F::kSuper) {
     const c10::Half* header = reinterpret_cast<const c10::Half*>(tile + (b / kSuperBlocks) * F::kUnitBytes);
-    const float d = static_cast<float>(header[lane]), m = static_cast<float>(header[kTile + lane]);
+    const float d = static_cast<float>(header[lane]), m = F::kSym ? 0.f : static_cast<float>(header[kTile + lane]);
+    constexpr int kGroupBytes = F::kSym ? 16 : 32;  // sc[16] (and mn[16]) per group
     for (int h = 0; h < 2; ++h) {
       const int g = F::kHalves == 2 ? h : 0;
-      s[h] = d * static_cast<float>(static_cast<int8_t>(params[32 * g + lane]));
-      c[h] = m * static_cast<float>(static_cast<int8_t>(params[32 * g + 16 + lane]));
+      s[h] = d * static_cast<float>(static_cast<int8_t>(params[kGroupBytes * g + lane]));
+      c[h] = F::kSym ? 0.f : m * static_cast<float>(static_cast<int8_t>(params[kGroupBytes * g + 16 + lane]));
     }
   } else {
     const c10::Half* half = reinterpret_cast<const c10::Half*>(params);
     s[0] = s[1] = static_cast<float>(half[lane]);
-    c[0] = c[1] = F::kSym ? 0.f : static_cast<float>(half[kTile + lane]);  // symmetric: w = s (u - Z) instead
+    c[0] = c[1] = F::kSym ? 0.f : static_cast<float>(half[kTile + lane]);
   }
 }
 
 // One output row in a format-neutral form, what a packer writes from.
 struct DecodedRow {
-  std::vector<uint8_t> codes;     // [K]: unsigned codes (Q4_0: q + 8), or Q8_0's int8 codes as bytes
-  std::vector<c10::Half> scale;   // [K/32] per-block scale (per-block formats and Q8_0)
-  std::vector<c10::Half> offset;  // [K/32] per-block offset (per-block formats)
-  std::vector<c10::Half> d, m;    // [K/256] super-block scales (super-block formats)
-  std::vector<int8_t> sc, mn;     // [K/16] group multipliers of d and m (super-block formats)
+  std::vector<uint8_t> codes;     // [K]: unsigned codes (symmetric formats: q + Z), or Q8_0's int8 codes as bytes
+  std::vector<c10::Half> scale;   // [K/32] per-block scale (per-block formats)
+  std::vector<c10::Half> offset;  // [K/32] per-block offset (per-block affine formats)
+  std::vector<c10::Half> d, m;    // [K/256] super-block scales (super-block formats; m: affine ones)
+  std::vector<int8_t> sc, mn;     // [K/16] group multipliers of d and m (super-block formats; mn: affine ones)
   explicit DecodedRow(int64_t k)
       : codes(k), scale(k / kBlock), offset(k / kBlock), d(k / 256 + 1), m(k / 256 + 1), sc(k / 16), mn(k / 16) {}
 };
@@ -175,11 +184,11 @@ inline torch::Tensor pack_rows(Format format, int64_t n, int64_t k, const RowSou
             const DecodedRow& row = rows[lane];
             const uint8_t* q = row.codes.data() + b * kBlock;
             for (int i = 0; i < kBlock; ++i) {
-              if (q[i] >= (1 << F::kBits) && !(F::kSym && F::kBits == 8)) too_large = true;
               if constexpr (F::kBits == 8) {  // Q8_0's signed codes stored as q + 128
-                blk[(i / 4) * 64 + lane * 4 + i % 4] = F::kSym ? static_cast<uint8_t>(static_cast<int8_t>(q[i]) + 128) : q[i];
+                blk[(i / 4) * 64 + lane * 4 + i % 4] = static_cast<uint8_t>(static_cast<int8_t>(q[i]) + 128);
                 continue;
               }
+              if (q[i] >= (1 << F::kBits)) too_large = true;
               const int j = (i % 16) / 4;
               blk[j * 64 + lane * 4 + i % 4] |= static_cast<uint8_t>(i < 16 ? q[i] & 0x0F : (q[i] & 0x0F) << 4);
               if constexpr (F::kBits == 6) {
@@ -192,11 +201,15 @@ inline torch::Tensor pack_rows(Format format, int64_t n, int64_t k, const RowSou
               if (b % kSuperBlocks == 0) {
                 c10::Half* header = reinterpret_cast<c10::Half*>(tile + (b / kSuperBlocks) * F::kUnitBytes);
                 header[lane] = row.d[b / kSuperBlocks];
-                header[kTile + lane] = row.m[b / kSuperBlocks];
+                if constexpr (!F::kSym) header[kTile + lane] = row.m[b / kSuperBlocks];
               }
               for (int g = 0; g < F::kHalves; ++g) {
-                params[32 * g + lane] = static_cast<uint8_t>(row.sc[2 * b + g]);
-                params[32 * g + 16 + lane] = static_cast<uint8_t>(row.mn[2 * b + g]);
+                if constexpr (F::kSym) {
+                  params[16 * g + lane] = static_cast<uint8_t>(row.sc[2 * b + g]);
+                } else {
+                  params[32 * g + lane] = static_cast<uint8_t>(row.sc[2 * b + g]);
+                  params[32 * g + 16 + lane] = static_cast<uint8_t>(row.mn[2 * b + g]);
+                }
               }
               if (F::kHalves == 1 && (row.sc[2 * b] != row.sc[2 * b + 1] || row.mn[2 * b] != row.mn[2 * b + 1]))
                 uneven = true;

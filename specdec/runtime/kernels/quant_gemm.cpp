@@ -10,8 +10,10 @@
 //   I = sum(u * xq) is exact, then in float32: with one group per block t = c * X; t = fma(s, I, t);
 //   with two (G = 16, halves h = 0, 1) t = c0 * X0; t = fma(s0, I0, t); t = fma(c1, X1, t);
 //   t = fma(s1, I1, t); and acc = fma(t, d, acc);
-// - symmetric weights (Q4_0, Q8_0): codes u = q + Z (Z = 8 or 128) with a float16 scale s, no
-//   offset (w = s * (u - Z)): t = s * (I - Z * X), the integer exact; acc = fma(t, d, acc);
+// - symmetric weights (Q4_0, Q5_0, Q8_0; Q3_K and Q6_K per group of 16): codes u = q + Z (Z = 8, 32
+//   or 128) with a scale s, no offset (w = s * (u - Z)): per group the integer I - Z X is exact; with
+//   one group per block t = s * (I - Z X); with two t = s0 * (I0 - Z X0); t = fma(s1, I1 - Z X1, t);
+//   and acc = fma(t, d, acc);
 // - blocks in ascending order.
 // So every output of every row is computed by one recipe whatever the number of rows, the tile or
 // the thread, and the AVX-512 VNNI, AVX2 and scalar paths give the same bits (the integer dots are
@@ -23,16 +25,18 @@
 // - 4-bit: 4 chunks (chunk j: low nibbles u[n, 4j .. 4j+3], high nibbles u[n, 16+4j .. 16+4j+3]);
 // - 6-bit: the low 4 bits so, then 2 chunks of the high 2 bits (chunk p's byte holds, from bit 0,
 //   those of inputs 4j + i, 16 + 4j + i for j = 2p, then for j = 2p + 1): 384 bytes.
-// Formats (the unit size names the format):
-// - 8-bit: 8 chunks (chunk g: u[n, 4g .. 4g+3]), for Q8_0 beside other per-block types in one layer.
-// - per-block affine (Q4_1 and Q4_0 beside it: 4-bit; Q5_0, Q5_1: 6-bit; Q8_0 beside others:
-//   8-bit): codes, 16 float16 s, 16 float16 c: 320 / 448 / 576 bytes;
-// - per-block symmetric (Q4_0: 4-bit, Q8_0: 8-bit): codes, 16 float16 s: 288 / 544 bytes — the
-//   size of the file's blocks;
-// - super-block affine (K-quants): a header of 16 float16 d and 16 float16 m, then 8 blocks of
-//   codes, G-groups' int8 sc[16] and int8 mn[16] (group h of the block at codes + 32h); s = d * sc
-//   and c = m * mn, both exact in float32: Q4_K 4-bit G 32 (2368 bytes), Q2_K and Q3_K 4-bit G 16
-//   (2624), Q5_K 6-bit G 32 (3392), Q6_K 6-bit G 16 (3648).
+// Formats (the unit size names the format), one per GGUF type, each holding the type's own numbers:
+// - 8-bit: 8 chunks (chunk g: u[n, 4g .. 4g+3]);
+// - per-block affine (Q4_1: 4-bit; Q5_1: 6-bit): codes, 16 float16 s, 16 float16 c: 320 / 448 bytes;
+// - per-block symmetric (Q4_0: 4-bit, Q5_0: 6-bit, Q8_0: 8-bit): codes, 16 float16 s: 288 / 416 /
+//   544 bytes — Q4_0's and Q8_0's the size of the file's blocks;
+// - super-block affine (Q2_K, Q4_K, Q5_K): a header of 16 float16 d and 16 float16 m, then 8 blocks
+//   of codes, G-groups' int8 sc[16] and int8 mn[16] (group h of the block at codes + 32h); s = d * sc
+//   and c = m * mn, both exact in float32: Q4_K 4-bit G 32 (2368 bytes), Q2_K 4-bit G 16 (2624),
+//   Q5_K 6-bit G 32 (3392);
+// - super-block symmetric (Q3_K, Q6_K): a header of 16 float16 d, then 8 blocks of codes and the
+//   groups' int8 sc[16] (group h at codes + 16h): Q3_K 4-bit G 16 (2336 bytes), Q6_K 6-bit G 16
+//   (3360, the size of the file's blocks).
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <c10/util/Half.h>
@@ -148,8 +152,8 @@ void affine_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int6
       if (b % 8 == 0) {
         const uint8_t* header = header_at<F>(tile, b);
         d = half_to_ps(header);
-        m = half_to_ps(header + 32);
-        if (ahead != nullptr && row0 == 0) prefetch_unit(header_at<F>(ahead, b), 64);
+        if constexpr (!F::kSym) m = half_to_ps(header + 32);
+        if (ahead != nullptr && row0 == 0) prefetch_unit(header_at<F>(ahead, b), F::kHeaderBytes);
       }
     }
     if (ahead != nullptr && row0 == 0) prefetch_unit(block_of<F>(ahead, b), F::kBlockBytes);
@@ -186,7 +190,10 @@ void affine_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int6
     }
     const uint8_t* params = blk + F::kCodeBytes;
     __m512 s0, c0, s1, c1;
-    if constexpr (F::kSuper) {
+    if constexpr (F::kSuper && F::kSym) {
+      s0 = _mm512_mul_ps(d, int8_to_ps(params));
+      if constexpr (F::kHalves == 2) s1 = _mm512_mul_ps(d, int8_to_ps(params + 16));
+    } else if constexpr (F::kSuper) {
       s0 = _mm512_mul_ps(d, int8_to_ps(params));
       c0 = _mm512_mul_ps(m, int8_to_ps(params + 16));
       if constexpr (F::kHalves == 2) {
@@ -200,7 +207,12 @@ void affine_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int6
     for (int r = 0; r < R; ++r) {
       const int64_t at = (row0 + r) * blocks + b;
       __m512 t;
-      if constexpr (F::kSym) {  // t = s (I - Z X), the integer exact
+      if constexpr (F::kSym && F::kHalves == 2) {  // t = s0 (I0 - Z X0) + s1 (I1 - Z X1), the integers exact
+        const __m512i zero0 = _mm512_set1_epi32(F::kZero * static_cast<int32_t>(a.half[2 * at]));
+        const __m512i zero1 = _mm512_set1_epi32(F::kZero * static_cast<int32_t>(a.half[2 * at + 1]));
+        t = _mm512_mul_ps(s0, _mm512_cvtepi32_ps(_mm512_sub_epi32(dot0[r], zero0)));
+        t = _mm512_fmadd_ps(s1, _mm512_cvtepi32_ps(_mm512_sub_epi32(dot1[r], zero1)), t);
+      } else if constexpr (F::kSym) {  // t = s (I - Z X), the integer exact
         const __m512i zero = _mm512_set1_epi32(F::kZero * static_cast<int32_t>(a.sum[at]));
         t = _mm512_mul_ps(s0, _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_add_epi32(dot0[r], dot1[r]), zero)));
       } else if constexpr (F::kHalves == 1) {
@@ -252,8 +264,8 @@ void affine_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int6
         if (b % 8 == 0) {
           const uint8_t* header = header_at<F>(tile, b);
           d = half_to_ps(header + 16 * side);
-          m = half_to_ps(header + 32 + 16 * side);
-          if (ahead != nullptr && row0 == 0 && side == 0) prefetch_unit(header_at<F>(ahead, b), 64);
+          if constexpr (!F::kSym) m = half_to_ps(header + 32 + 16 * side);
+          if (ahead != nullptr && row0 == 0 && side == 0) prefetch_unit(header_at<F>(ahead, b), F::kHeaderBytes);
         }
       }
       if (ahead != nullptr && row0 == 0 && side == 0) prefetch_unit(block_of<F>(ahead, b), F::kBlockBytes);
@@ -292,7 +304,10 @@ void affine_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int6
       }
       const uint8_t* params = blk + F::kCodeBytes;
       __m256 s0, c0, s1, c1;
-      if constexpr (F::kSuper) {
+      if constexpr (F::kSuper && F::kSym) {
+        s0 = _mm256_mul_ps(d, int8_to_ps(params + 8 * side));
+        if constexpr (F::kHalves == 2) s1 = _mm256_mul_ps(d, int8_to_ps(params + 16 + 8 * side));
+      } else if constexpr (F::kSuper) {
         s0 = _mm256_mul_ps(d, int8_to_ps(params + 8 * side));
         c0 = _mm256_mul_ps(m, int8_to_ps(params + 16 + 8 * side));
         if constexpr (F::kHalves == 2) {
@@ -306,7 +321,12 @@ void affine_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int6
       for (int r = 0; r < R; ++r) {
         const int64_t at = (row0 + r) * blocks + b;
         __m256 t;
-        if constexpr (F::kSym) {
+        if constexpr (F::kSym && F::kHalves == 2) {
+          const __m256i zero0 = _mm256_set1_epi32(F::kZero * static_cast<int32_t>(a.half[2 * at]));
+          const __m256i zero1 = _mm256_set1_epi32(F::kZero * static_cast<int32_t>(a.half[2 * at + 1]));
+          t = _mm256_mul_ps(s0, _mm256_cvtepi32_ps(_mm256_sub_epi32(dot0[r], zero0)));
+          t = _mm256_fmadd_ps(s1, _mm256_cvtepi32_ps(_mm256_sub_epi32(dot1[r], zero1)), t);
+        } else if constexpr (F::kSym) {
           const __m256i zero = _mm256_set1_epi32(F::kZero * static_cast<int32_t>(a.sum[at]));
           t = _mm256_mul_ps(s0, _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_add_epi32(dot0[r], dot1[r]), zero)));
         } else if constexpr (F::kHalves == 1) {
@@ -344,7 +364,10 @@ void affine_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int6
         specdec::affine_params<F>(tile, b, lane, s, c);
         const int64_t at = (row0 + r) * blocks + b;
         float t;
-        if constexpr (F::kSym) {
+        if constexpr (F::kSym && F::kHalves == 2) {
+          t = s[0] * static_cast<float>(dot[0] - F::kZero * static_cast<int32_t>(a.half[2 * at]));
+          t = std::fma(s[1], static_cast<float>(dot[1] - F::kZero * static_cast<int32_t>(a.half[2 * at + 1])), t);
+        } else if constexpr (F::kSym) {
           t = s[0] * static_cast<float>(dot[0] + dot[1] - F::kZero * static_cast<int32_t>(a.sum[at]));
         } else if constexpr (F::kHalves == 1) {
           t = std::fma(s[0], static_cast<float>(dot[0] + dot[1]), c[0] * a.sum[at]);
@@ -374,41 +397,62 @@ void tile_all_rows(const uint8_t* tile, int64_t blocks, const Activations& a, in
   }
 }
 
+// Outputs [col0, col0 + 16 tiles) of out [rows, n].
 template <class F>
 void multiply_all(const Activations& a, const uint8_t* pw, int64_t rows, int64_t k, int64_t tiles, int64_t blocks,
-                  int64_t tile_bytes, float* po, int64_t n) {
+                  int64_t tile_bytes, float* po, int64_t n, int64_t col0) {
   constexpr int64_t kPrefetchTiles = 2;  // how far ahead the weights are fetched (measured best here)
   // a tile's work: its weight bytes, once per row
   at::parallel_for(0, tiles, specdec::grain_for(tile_bytes * rows), [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const uint8_t* tile = pw + t * tile_bytes;
       const uint8_t* ahead = t + kPrefetchTiles < end ? tile + kPrefetchTiles * tile_bytes : nullptr;
-      tile_all_rows<F>(tile, blocks, a, k, 0, rows, po, n, t * kTile, ahead);
+      tile_all_rows<F>(tile, blocks, a, k, 0, rows, po, n, col0 + t * kTile, ahead);
     }
   });
 }
 
 }  // namespace
 
-// x: [M, K] float32; packed: [N/16, units, unit bytes] uint8 (see the header) -> [M, N] float32.
-torch::Tensor quant_linear(torch::Tensor x, torch::Tensor packed) {
+// x: [M, K] float32; parts: packed weights [N_i/16, units, unit bytes] uint8 (see the header), each in
+// its own format, stacked along the outputs (empty tensors are skipped) -> [M, sum N_i] float32. The
+// rows are quantized once per kind of activation scale the parts take (Q8_K, Q8_0).
+torch::Tensor quant_linear(torch::Tensor x, const std::vector<torch::Tensor>& parts) {
   TORCH_CHECK(x.dtype() == torch::kFloat32 && x.dim() == 2, "quant_linear wants float32 rows [M, K]");
-  const specdec::Format format = specdec::format_of(packed);
   x = x.contiguous();
-  const int64_t rows = x.size(0), k = x.size(1), tiles = packed.size(0);
-  const int64_t blocks = packed.size(1) * specdec::blocks_per_unit(format);
-  TORCH_CHECK(blocks * kBlock == k, "quant_linear: input size does not match the packing");
-  const int64_t n = tiles * kTile;
+  const int64_t rows = x.size(0), k = x.size(1);
+  int64_t n = 0;
+  for (const torch::Tensor& part : parts) {
+    if (!part.defined() || part.numel() == 0) continue;
+    const specdec::Format format = specdec::format_of(part);
+    TORCH_CHECK(part.size(1) * specdec::blocks_per_unit(format) * kBlock == k,
+                "quant_linear: input size does not match the packing");
+    n += part.size(0) * kTile;
+  }
+  TORCH_CHECK(n > 0, "quant_linear: no weights");
   auto out = torch::empty({rows, n}, x.options());
   if (rows == 0) return out;
-  const Activations a = quantize_rows(x.data_ptr<float>(), rows, k, specdec::is_super(format));
-  const uint8_t* pw = packed.data_ptr<uint8_t>();
+  Activations per_block, per_super;  // quantized when a part needs them
+  bool have_block = false, have_super = false;
   float* po = out.data_ptr<float>();
-  const int64_t tile_bytes = packed.size(1) * packed.size(2);
-  specdec::dispatch_format(format, [&](auto tag) {
-    using F = typename decltype(tag)::type;
-    multiply_all<F>(a, pw, rows, k, tiles, blocks, tile_bytes, po, n);
-  });
+  int64_t col0 = 0;
+  for (const torch::Tensor& part : parts) {
+    if (!part.defined() || part.numel() == 0) continue;
+    const specdec::Format format = specdec::format_of(part);
+    const bool super = specdec::is_super(format);
+    bool& have = super ? have_super : have_block;
+    Activations& a = super ? per_super : per_block;
+    if (!have) a = quantize_rows(x.data_ptr<float>(), rows, k, super);
+    have = true;
+    const int64_t tiles = part.size(0), blocks = part.size(1) * specdec::blocks_per_unit(format);
+    const int64_t tile_bytes = part.size(1) * part.size(2);
+    const uint8_t* pw = part.data_ptr<uint8_t>();
+    specdec::dispatch_format(format, [&](auto tag) {
+      using F = typename decltype(tag)::type;
+      multiply_all<F>(a, pw, rows, k, tiles, blocks, tile_bytes, po, n, col0);
+    });
+    col0 += tiles * kTile;
+  }
   return out;
 }
 
