@@ -95,9 +95,10 @@ def test_fused_layers_keep_a_part_per_type():
     assert gguf_parts(["BF16"]) is None
 
 
-def test_symmetric_types_are_packed_at_their_file_size():
-    """Q4_0, Q6_K and Q8_0 keep no offsets they do not have: the packed bytes are the file's."""
-    for type_name in ("Q4_0", "Q6_K", "Q8_0"):
+def test_common_types_are_packed_at_their_file_size():
+    """Q4_0, Q4_K, Q6_K and Q8_0 hold what the file holds and no more (no offsets Q4_0 and Q6_K do not
+    have, Q4_K's scales in 6 bits): the packed bytes are the file's."""
+    for type_name in ("Q4_0", "Q4_K", "Q6_K", "Q8_0"):
         raw = blocks(type_name)
         assert layer_of([raw], [type_name]).packed.numel() == raw.numel()
 
@@ -174,6 +175,21 @@ def test_small_files_of_real_shapes_load_and_generate(tmp_path, tokenizer_gguf, 
     monkeypatch.setattr(gguf_model, "pack_weights", lambda *a: pytest.fail("packed again"))
     again = load_model(str(path))
     assert Engine(again).generate(ids, settings).token_ids == plain.token_ids
+
+
+def test_packing_anew_removes_the_packed_files_of_earlier_layouts(tmp_path, capsys):
+    from specdec.runtime import gguf_model
+
+    folder = tmp_path / "packed"
+    folder.mkdir()
+    (folder / "0123456789ab.safetensors").write_bytes(b"an earlier layout")
+    (folder / "notes.txt").write_text("not ours to remove")
+    cache = folder / "ba9876543210.safetensors"
+    gguf_model._write_packed(cache, {"norm.weight": torch.ones(4)}, {"embed": ["float32"]})
+    assert sorted(f.name for f in folder.iterdir()) == ["ba9876543210.safetensors", "notes.txt"]
+    assert "removed 1 packed file of an earlier layout" in capsys.readouterr().err
+    gguf_model._write_packed(cache, {"norm.weight": torch.ones(4)}, {"embed": ["float32"]})  # nothing stale: silent
+    assert "removed" not in capsys.readouterr().err
 
 
 def test_unsupported_type_gets_one_line(tmp_path):

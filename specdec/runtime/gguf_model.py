@@ -163,7 +163,8 @@ def pack_weights(path: Path, config: ModelConfig) -> tuple[dict[str, torch.Tenso
 
 
 def _write_packed(cache: Path, state: dict[str, torch.Tensor], plan: dict[str, list[str]]) -> None:
-    """Keep the packed weights beside the metadata (atomically); a failed write only costs packing again."""
+    """Keep the packed weights beside the metadata (atomically); a failed write only costs packing again.
+    Packed files of earlier layouts of the same GGUF (another version of the kernels) are removed, said."""
     from safetensors.torch import save_file
 
     staging = cache.with_name(cache.name + f".{os.getpid()}.partial")
@@ -171,6 +172,13 @@ def _write_packed(cache: Path, state: dict[str, torch.Tensor], plan: dict[str, l
         cache.parent.mkdir(exist_ok=True)
         save_file({k: v.contiguous() for k, v in state.items()}, str(staging), metadata={"plan": json.dumps(plan)})
         staging.rename(cache)
+        stale = [f for f in cache.parent.glob("*.safetensors") if f != cache]
+        if stale:
+            size = sum(f.stat().st_size for f in stale)
+            for f in stale:
+                f.unlink(missing_ok=True)
+            announce(f"removed {len(stale)} packed file{'s' if len(stale) > 1 else ''} of an earlier layout "
+                     f"({size / 1e9:.1f} GB) from {cache.parent}")
     except OSError as err:
         warnings.warn(f"specdec: could not keep the packed weights in {cache} ({err}); the next load packs again",
                       RuntimeWarning, stacklevel=3)

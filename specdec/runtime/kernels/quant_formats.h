@@ -23,8 +23,8 @@ constexpr int kSuperBlocks = 8;  // blocks per super-block (256 inputs, as K-qua
 enum class Format : int {
   kBlock4 = 0,        // 4-bit codes, float16 scale and offset per block (Q4_1)
   kBlock6 = 1,        // 6-bit codes, float16 scale and offset per block (Q5_1)
-  kSuper4G32 = 2,     // 4-bit codes, super-block d and m, int8 sc and mn per 32 (Q4_K)
-  kSuper4G16 = 3,     // 4-bit codes, as Q4_K's per 16 (Q2_K)
+  kSuper4G32 = 2,     // 4-bit codes, super-block d and m, 6-bit sc and mn per 32 in the header (Q4_K)
+  kSuper4G16 = 3,     // 4-bit codes, super-block d and m, int8 sc and mn per 16 in each block (Q2_K)
   kSuper6G32 = 4,     // 6-bit codes, as Q4_K's (Q5_K)
   kSuper6G16Sym = 5,  // 6-bit codes q + 32, super-block d, int8 sc per 16 (Q6_K)
   kQ8 = 6,            // 8-bit codes q + 128, float16 scale per block (Q8_0)
@@ -44,10 +44,14 @@ struct Affine {
   static constexpr bool kSym = SYM;
   static constexpr int kZero = SYM ? 1 << (BITS - 1) : 0;
   static constexpr int64_t kCodeBytes = BITS == 4 ? 256 : BITS == 6 ? 384 : 512;  // 6-bit: nibbles, then 2-bit planes
+  // Super-blocks with a group per block (Q4_K, Q5_K) keep their 6-bit sc and mn in the header
+  // (`header_scale_min`), as the file does: the header is 256 bytes and every block 64-byte aligned.
+  static constexpr bool kHeaderScales = SUPER && !SYM && GROUP == 32;
   // per block: 16 float16 scales (and 16 offsets), or per group 16 int8 sc (and 16 int8 mn)
-  static constexpr int64_t kParamBytes = SUPER ? (SYM ? 16 : 32) * kHalves : SYM ? 32 : 64;
+  static constexpr int64_t kParamBytes = kHeaderScales ? 0 : SUPER ? (SYM ? 16 : 32) * kHalves : SYM ? 32 : 64;
   static constexpr int64_t kBlockBytes = kCodeBytes + kParamBytes;
-  static constexpr int64_t kHeaderBytes = SUPER ? (SYM ? 32 : 64) : 0;  // 16 float16 d (and 16 m)
+  // 16 float16 d (and 16 m; and the 6-bit sc and mn of the 8 blocks: 128 bytes of low nibbles, 64 of high bits)
+  static constexpr int64_t kHeaderBytes = kHeaderScales ? 256 : SUPER ? (SYM ? 32 : 64) : 0;
   static constexpr int64_t kUnitBytes = SUPER ? kHeaderBytes + kSuperBlocks * kBlockBytes : kBlockBytes;
 };
 using Block4 = Affine<4, 32, false>;
@@ -129,6 +133,17 @@ inline int affine_code(const uint8_t* blk, int lane, int i) {
   }
 }
 
+// Header scales (kHeaderScales): block j's sc of the 16 outputs are the low nibbles of the 16 bytes
+// at 64 + 16 j, its mn their high nibbles; the high 2 bits of both lie in the 16 bytes at
+// 192 + 16 (j / 2), from bit 4 (j % 2): sc's, then mn's.
+constexpr int kScaleNibbles = 64, kScaleHighBits = 192;
+inline void header_scale_min(const uint8_t* header, int64_t b, int lane, int& sc, int& mn) {
+  const int j = static_cast<int>(b % kSuperBlocks), shift = 4 * (j % 2);
+  const int low = header[kScaleNibbles + 16 * j + lane], high = header[kScaleHighBits + 16 * (j / 2) + lane] >> shift;
+  sc = (low & 15) | ((high & 3) << 4);
+  mn = (low >> 4) | (((high >> 2) & 3) << 4);
+}
+
 // Scales and offsets of output `lane` in block b (groups h = 0, 1; with one group per block both
 // entries are that group's), exact in float32; symmetric formats' offsets are 0 (w = s (u - Z)).
 template <class F>
@@ -138,6 +153,13 @@ inline void affine_params(const uint8_t* tile, int64_t b, int lane, float* s, fl
     const c10::Half* header = reinterpret_cast<const c10::Half*>(tile + (b / kSuperBlocks) * F::kUnitBytes);
     const float d = static_cast<float>(header[lane]), m = F::kSym ? 0.f : static_cast<float>(header[kTile + lane]);
     constexpr int kGroupBytes = F::kSym ? 16 : 32;  // sc[16] (and mn[16]) per group
+    if constexpr (F::kHeaderScales) {
+      int sc, mn;
+      header_scale_min(reinterpret_cast<const uint8_t*>(header), b, lane, sc, mn);
+      s[0] = s[1] = d * static_cast<float>(sc);
+      c[0] = c[1] = m * static_cast<float>(mn);
+      return;
+    }
     for (int h = 0; h < 2; ++h) {
       const int g = F::kHalves == 2 ? h : 0;
       s[h] = d * static_cast<float>(static_cast<int8_t>(params[kGroupBytes * g + lane]));
@@ -203,7 +225,15 @@ inline torch::Tensor pack_rows(Format format, int64_t n, int64_t k, const RowSou
                 header[lane] = row.d[b / kSuperBlocks];
                 if constexpr (!F::kSym) header[kTile + lane] = row.m[b / kSuperBlocks];
               }
-              for (int g = 0; g < F::kHalves; ++g) {
+              if constexpr (F::kHeaderScales) {
+                uint8_t* header = tile + (b / kSuperBlocks) * F::kUnitBytes;
+                const int j = static_cast<int>(b % kSuperBlocks), shift = 4 * (j % 2);
+                const int sc = row.sc[2 * b], mn = row.mn[2 * b];
+                if (sc < 0 || sc > 63 || mn < 0 || mn > 63) too_large = true;
+                header[kScaleNibbles + 16 * j + lane] = static_cast<uint8_t>((sc & 15) | ((mn & 15) << 4));
+                header[kScaleHighBits + 16 * (j / 2) + lane] |= static_cast<uint8_t>((((sc >> 4) & 3) | (((mn >> 4) & 3) << 2)) << shift);
+              }
+              for (int g = 0; g < F::kHalves && !F::kHeaderScales; ++g) {
                 if constexpr (F::kSym) {
                   params[16 * g + lane] = static_cast<uint8_t>(row.sc[2 * b + g]);
                 } else {
@@ -222,7 +252,7 @@ inline torch::Tensor pack_rows(Format format, int64_t n, int64_t k, const RowSou
       });
     }
   });
-  TORCH_CHECK(!too_large, "pack: a code exceeds the format's range (15 for 4-bit, 63 for 6-bit codes)");
+  TORCH_CHECK(!too_large, "pack: a code exceeds the format's range (15 for 4-bit, 63 for 6-bit codes and K-quant scales)");
   TORCH_CHECK(!uneven, "pack: the weights have a scale per 16 inputs; this format holds one per 32");
   return packed;
 }

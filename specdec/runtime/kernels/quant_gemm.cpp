@@ -30,10 +30,11 @@
 // - per-block affine (Q4_1: 4-bit; Q5_1: 6-bit): codes, 16 float16 s, 16 float16 c: 320 / 448 bytes;
 // - per-block symmetric (Q4_0: 4-bit, Q5_0: 6-bit, Q8_0: 8-bit): codes, 16 float16 s: 288 / 416 /
 //   544 bytes — Q4_0's and Q8_0's the size of the file's blocks;
-// - super-block affine (Q2_K, Q4_K, Q5_K): a header of 16 float16 d and 16 float16 m, then 8 blocks
-//   of codes, G-groups' int8 sc[16] and int8 mn[16] (group h of the block at codes + 32h); s = d * sc
-//   and c = m * mn, both exact in float32: Q4_K 4-bit G 32 (2368 bytes), Q2_K 4-bit G 16 (2624),
-//   Q5_K 6-bit G 32 (3392);
+// - super-block affine: a header of 16 float16 d and 16 float16 m, then 8 blocks; s = d * sc and
+//   c = m * mn, both exact in float32. Q4_K (4-bit, G 32: 2304 bytes, the size of the file's blocks)
+//   and Q5_K (6-bit, G 32: 3328): the blocks' 6-bit sc and mn in the header (quant_formats.h,
+//   header_scale_min), the blocks codes only; Q2_K (4-bit G 16: 2624): each block its codes and the
+//   groups' int8 sc[16] and int8 mn[16] (group h at codes + 32h);
 // - super-block symmetric (Q3_K, Q6_K): a header of 16 float16 d, then 8 blocks of codes and the
 //   groups' int8 sc[16] (group h at codes + 16h): Q3_K 4-bit G 16 (2336 bytes), Q6_K 6-bit G 16
 //   (3360, the size of the file's blocks).
@@ -124,6 +125,21 @@ inline void prefetch_unit(const uint8_t* ahead, int64_t bytes) {
   for (int64_t line = 0; line < bytes; line += 64) __builtin_prefetch(ahead + line, 0, 3);
 }
 
+#if SPECDEC_QGEMM_AVX512 || SPECDEC_QGEMM_AVX2
+// Block b's 6-bit sc and mn of 16 outputs from a super-block header (quant_formats.h,
+// header_scale_min), outputs `first` .. first + 15 (AVX2 uses the low 8 of each).
+inline void header_scales(const uint8_t* header, int64_t b, int first, __m128i& sc, __m128i& mn) {
+  const int j = static_cast<int>(b % specdec::kSuperBlocks);
+  const __m128i low = _mm_loadu_si128(reinterpret_cast<const __m128i*>(header + specdec::kScaleNibbles + 16 * j + first));
+  __m128i high = _mm_loadu_si128(reinterpret_cast<const __m128i*>(header + specdec::kScaleHighBits + 16 * (j / 2) + first));
+  if (j % 2) high = _mm_srli_epi16(high, 4);
+  const __m128i nibble = _mm_set1_epi8(0x0F), two = _mm_set1_epi8(0x03);
+  sc = _mm_or_si128(_mm_and_si128(low, nibble), _mm_slli_epi16(_mm_and_si128(high, two), 4));
+  mn = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(low, 4), nibble),
+                    _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(high, 2), two), 4));
+}
+#endif
+
 #if SPECDEC_QGEMM_AVX512
 template <typename T>
 inline __m512i broadcast4(const T* p) {  // 4 bytes into every 32-bit lane
@@ -134,6 +150,9 @@ inline __m512 int8_to_ps(const uint8_t* p) {  // 16 int8 -> 16 float
 }
 inline __m512 half_to_ps(const uint8_t* p) {  // 16 float16 -> 16 float
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+inline __m512 bytes_to_ps(__m128i v) {  // 16 bytes (0..127) -> 16 float
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v));
 }
 
 // Rows [row0, row0 + R) against one tile of an affine format: out[r, n0 .. n0+16). Each weight
@@ -190,7 +209,12 @@ void affine_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int6
     }
     const uint8_t* params = blk + F::kCodeBytes;
     __m512 s0, c0, s1, c1;
-    if constexpr (F::kSuper && F::kSym) {
+    if constexpr (F::kHeaderScales) {
+      __m128i sc, mn;
+      header_scales(header_at<F>(tile, b), b, 0, sc, mn);
+      s0 = _mm512_mul_ps(d, bytes_to_ps(sc));
+      c0 = _mm512_mul_ps(m, bytes_to_ps(mn));
+    } else if constexpr (F::kSuper && F::kSym) {
       s0 = _mm512_mul_ps(d, int8_to_ps(params));
       if constexpr (F::kHalves == 2) s1 = _mm512_mul_ps(d, int8_to_ps(params + 16));
     } else if constexpr (F::kSuper) {
@@ -304,7 +328,12 @@ void affine_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int6
       }
       const uint8_t* params = blk + F::kCodeBytes;
       __m256 s0, c0, s1, c1;
-      if constexpr (F::kSuper && F::kSym) {
+      if constexpr (F::kHeaderScales) {
+        __m128i sc, mn;
+        header_scales(header_at<F>(tile, b), b, 8 * side, sc, mn);
+        s0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
+        c0 = _mm256_mul_ps(m, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(mn)));
+      } else if constexpr (F::kSuper && F::kSym) {
         s0 = _mm256_mul_ps(d, int8_to_ps(params + 8 * side));
         if constexpr (F::kHalves == 2) s1 = _mm256_mul_ps(d, int8_to_ps(params + 16 + 8 * side));
       } else if constexpr (F::kSuper) {
