@@ -13,7 +13,9 @@
 3. Per type: the share of positions where the two top-1 tokens agree, the largest |Δ logit|, the
    same for llama.cpp against itself (float32 and float16 KV cache) and at the clear positions
    (float32's top two ≥ CLEAR_MARGIN apart), and whether every drafter's greedy output equals
-   specdec's plain output on the first prompts.
+   specdec's plain output on the first prompts: prompt lookup, suffix, early exit, the default
+   model's Q4_1 file as a separate draft model, the EAGLE, EAGLE-3 and Medusa heads shipped for the
+   default model (chains and trees), and auto.
 The last line of output is one JSON object; report.md and results.json go to --out.
 """
 
@@ -29,7 +31,12 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 TYPES = {"Q4_K_M": 15, "Q5_K_M": 17, "Q6_K": 18, "Q8_0": 7}
-DRAFTERS = ["ngram", "suffix", "early:8", "auto"]
+HEADS = ROOT / "specdec" / "heads" / "shipped"  # trained for the default model, named by path on these files
+DRAFTERS = {"ngram": "ngram", "suffix": "suffix", "early:8": "early:8", "draft:smollm2-135m": "draft:smollm2-135m",
+            "eagle": f"eagle:{HEADS / 'smollm2-135m-eagle'}", "eagle-tree": f"eagle-tree:{HEADS / 'smollm2-135m-eagle'}",
+            "eagle3": f"eagle3:{HEADS / 'smollm2-135m-eagle3'}",
+            "eagle3-chain": f"eagle3-chain:{HEADS / 'smollm2-135m-eagle3'}",
+            "medusa": f"medusa:{HEADS / 'smollm2-135m-medusa'}", "auto": "auto"}  # name in the report: spec
 KV_CACHES = {"f32_cache": 0, "f16_cache": 1}  # llama.cpp's KV cache type (GGML_TYPE_F32, F16: its default)
 CLEAR_MARGIN = 1.0  # logits between the float32 reference's top two: a position no rounding here flips
 
@@ -136,9 +143,9 @@ def compare(path: Path, prompts: list[str], args) -> dict:
         plain = Engine(model).generate(ids, config)
         seqs.append(ids + plain.token_ids)
         if n < args.greedy_prompts:
-            for spec in DRAFTERS:
+            for name, spec in DRAFTERS.items():
                 out = Engine(model, build_drafters(spec, model)).generate(ids, config)
-                identical[spec] = identical.get(spec, True) and out.token_ids == plain.token_ids
+                identical[name] = identical.get(name, True) and out.token_ids == plain.token_ids
     def logits(net) -> list[np.ndarray]:  # [T, V] per sequence
         return [net.forward(torch.tensor([ids]), net.new_cache(len(ids)))[0].numpy() for ids in seqs]
 
