@@ -66,6 +66,7 @@ class StreamEvent:
     stats: GenerationStats  # the run's statistics so far (one object, updated as the run goes)
     done: bool = False
     rounds: list[RoundTrace] = field(default_factory=list)  # with config.trace: the records of these rounds
+    error: Exception | None = None  # the row failed (and left the batch): its drafting, pass or commit raised this
 
 
 class TextAssembler:
@@ -197,13 +198,16 @@ class Row:
             end = min(len(self.prompt_ids), start + prefill_budget)
             if end <= start:
                 return None
+            self.cache.reserve(end - start)  # checked per row here, before the pass that all rows share
             return Work(self.prompt_ids[start:end], Segment(self.cache, end - start), int(end == len(self.prompt_ids)), True)
         self.committed_len = self.cache.length
         if self.draft.parents is None:
             ids = [self.tokens[-1], *self.draft.tokens]  # [k + 1]
+            self.cache.reserve(len(ids))
             return Work(ids, Segment(self.cache, len(ids)), len(ids))
         self.tree = TokenTree(self.draft.tokens, self.draft.parents)
         ids, positions, mask = tree_inputs(self.tree, self.tokens[-1], self.committed_len, device)  # [1, N+1], ...
+        self.cache.reserve(ids.shape[1])
         return Work(ids[0].tolist(), Segment(self.cache, ids.shape[1], positions[0], mask), ids.shape[1])
 
     # 4. accept, 5. commit, 6. record
@@ -381,22 +385,73 @@ class Batch:
             self.rows.remove(row)
 
     def step(self) -> list[tuple[Row, StreamEvent]]:
-        """One round over every row; returns (row, event) for the rows that have something to say."""
+        """One round over every row; returns (row, event) for the rows that have something to say. A
+        row whose drafting, pass or commit raises leaves the batch with an event carrying the error;
+        the other rows' round goes on as if it had not been there."""
         rows = self.rows
+        failed: dict[Row, Exception] = {}
         decoding = [row for row in rows if not row.prefilling]
         for row in decoding:  # 1. plan, 2. draft
-            row.plan_and_draft(len(rows))
+            _guarded(failed, row, row.plan_and_draft, len(rows))
         # 3. verify: one pass; prompts in chunks of PREFILL_CHUNK tokens (attention over a whole long
         # prompt at once costs more than over its chunks), all of them in one round while nobody
         # decodes, PREFILL_CHUNK tokens in all while others do (their rounds stay short)
         budget = PREFILL_CHUNK if decoding else None
         works: list[tuple[Row, Work]] = []
         for row in rows:
-            work = row.work((PREFILL_CHUNK if budget is None else budget) if row.prefilling else None)
+            if row in failed:
+                continue
+            work = _guarded(failed, row, row.work, (PREFILL_CHUNK if budget is None else budget) if row.prefilling else None)
             if work is not None:
                 works.append((row, work))
                 if row.prefilling and budget is not None:
                     budget -= len(work.ids)
+        started = time.perf_counter()
+        results = self._pass(works, failed)
+        pass_seconds = time.perf_counter() - started
+        # 4. accept, 5. commit, 6. record
+        for (row, work), (row_logits, row_features) in zip(works, results):
+            if row in failed:
+                continue
+            if work.prefill:
+                _guarded(failed, row, row.finish_prefill, row_logits if work.logit_rows else None, row_features)
+            else:
+                _guarded(failed, row, row.accept, row_logits, row_features, pass_seconds)
+        if len(works) == 1 and not works[0][1].prefill and not failed:  # a row alone: its round is a T(k)
+            costs = works[0][0].engine.cost_model
+            if costs is not None:  # what the round cost (pass, acceptance, commit) corrects T(k) for the policy
+                costs.observe_round(len(works[0][1].ids), time.perf_counter() - started)
+        self.last_round = (len(rows), [len(row.draft) for row, work in works if not work.prefill and row not in failed])
+        events = []
+        for row in list(rows):
+            event = _guarded(failed, row, row.event) if row not in failed else None
+            if row in failed:  # (making its event may have failed too)
+                event = StreamEvent([], row.stats, done=True, error=failed[row])
+            if event is not None:
+                events.append((row, event))
+            if row.done or row in failed:
+                self.rows.remove(row)
+        return events
+
+    def _pass(self, works: list[tuple[Row, Work]], failed: dict[Row, Exception]) -> list[tuple]:
+        """The round's target pass over every row's work → (logits [logit_rows, V], features or None)
+        per work. If the shared pass raises, each row's work runs alone, so that only the rows whose
+        own work fails are marked in `failed` (a failed pass leaves every cache's length as it was)."""
+        if not works:
+            return []
+        try:
+            return self._forward(works)
+        except Exception as exc:
+            if len(works) == 1:
+                failed[works[0][0]] = exc
+                return [(None, None)]
+        results = []
+        for row, work in works:
+            result = _guarded(failed, row, self._forward, [(row, work)])
+            results.append(result[0] if result is not None else (None, None))
+        return results
+
+    def _forward(self, works: list[tuple[Row, Work]]) -> list[tuple]:
         net = self.target.net
         device = net.device
         ids = torch.tensor([t for _, work in works for t in work.ids], device=device)  # [N]
@@ -405,35 +460,25 @@ class Batch:
                                    for k in range(work.logit_rows, 0, -1)], device=device, dtype=torch.long)  # [M]
         wants_hidden = any(row.readers for row, _ in works)
         aux_layers = feature_layers([d for row, _ in works for d in row.readers])
-        started = time.perf_counter()
         out = net.forward_segments(ids, [work.segment for _, work in works], logit_rows=logit_rows,
                                    return_hidden=wants_hidden, aux_layers=aux_layers)
         logits = out[0] if wants_hidden else out  # [M, V]
         features = Features(out[1], out[2] if aux_layers else {}) if wants_hidden else None  # [N, ...]
-        pass_seconds = time.perf_counter() - started
-        # 4. accept, 5. commit, 6. record
-        first_row, first_logit = 0, 0
-        for (row, work), end in zip(works, ends):
-            row_logits = logits[first_logit:first_logit + work.logit_rows]
-            row_features = None if features is None else features.rows(slice(first_row, end))
-            if work.prefill:
-                row.finish_prefill(row_logits if work.logit_rows else None, row_features)
-            else:
-                row.accept(row_logits, row_features, pass_seconds)
+        results, first_row, first_logit = [], 0, 0
+        for (_, work), end in zip(works, ends):
+            results.append((logits[first_logit:first_logit + work.logit_rows],
+                            None if features is None else features.rows(slice(first_row, end))))
             first_row, first_logit = end, first_logit + work.logit_rows
-        if len(works) == 1 and not works[0][1].prefill:  # a row alone: its round is a T(k)
-            costs = works[0][0].engine.cost_model
-            if costs is not None:  # what the round cost (pass, acceptance, commit) corrects T(k) for the policy
-                costs.observe_round(len(ids), time.perf_counter() - started)
-        self.last_round = (len(rows), [len(row.draft) for row, work in works if not work.prefill])
-        events = []
-        for row in list(rows):
-            event = row.event()
-            if event is not None:
-                events.append((row, event))
-            if row.done:
-                self.rows.remove(row)
-        return events
+        return results
+
+
+def _guarded(failed: dict, row: Row, step, *args):
+    """Run one row's step; an exception marks the row failed (its other steps this round are skipped)."""
+    try:
+        return step(*args)
+    except Exception as exc:
+        failed[row] = exc
+        return None
 
 
 def _pick(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> int:

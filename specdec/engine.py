@@ -141,6 +141,8 @@ class Engine:
         batch.add(self.row(prompt_ids, config))
         while batch.rows:
             for _, event in batch.step():
+                if event.error is not None:
+                    raise event.error
                 yield event
 
     def check_prompt(self, prompt_ids: list[int]) -> list[int]:

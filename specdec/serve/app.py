@@ -39,7 +39,7 @@ from specdec.sampling import SamplingParams
 from specdec.serve.metrics import ServerMetrics
 from specdec.cost_model import BATCH_SIZES, best_batch
 from specdec.drafters.suffix import SuffixDrafter
-from specdec.serve.scheduler import Job, Scheduler, ServerBusy, Update
+from specdec.serve.scheduler import Job, Scheduler, ServerBroken, ServerBusy, Update
 from specdec.serve.schema import ChatCompletionRequest, CompletionRequest, Speculation
 from specdec.stats import GenerationStats
 
@@ -85,6 +85,10 @@ def error_response(status: int, message: str, code: str | None = None, param: st
 def busy(service: Service, message: str) -> ApiError:
     service.metrics.rejected.inc()
     return ApiError(429, message, code="server_busy", kind="rate_limit_error")
+
+
+def unavailable(message: str) -> ApiError:
+    return ApiError(503, message, code="server_broken", kind="server_error")
 
 
 @dataclass
@@ -306,6 +310,8 @@ def create_app(service: Service) -> FastAPI:
 
     @app.get("/health")
     async def health():
+        if service.scheduler.broken is not None:
+            raise unavailable(f"unhealthy: {service.scheduler.broken}; restart the server")
         return {"status": "ok", "model": service.settings.model_id,
                 "running": service.scheduler.running, "waiting": service.scheduler.waiting}
 
@@ -403,12 +409,16 @@ async def _respond(service: Service, body, tokenize: Callable[[], list[int]], re
         service.scheduler.check_room()
     except ServerBusy as exc:
         raise busy(service, str(exc)) from None
+    except ServerBroken as exc:
+        raise unavailable(str(exc)) from None
     prompt_ids = await asyncio.to_thread(tokenize)
     config = _config(service, body, prompt_ids, engine, gamma, max_gamma)
     try:
         job = service.scheduler.submit(engine, prompt_ids, config)
     except ServerBusy as exc:
         raise busy(service, str(exc)) from exc
+    except ServerBroken as exc:
+        raise unavailable(str(exc)) from None
     run = _Run(service, job, time.perf_counter(), chat, service.settings.model_id)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)

@@ -6,7 +6,14 @@ waiting; past that `submit` raises `ServerBusy` (the server answers 429). The wo
 has fewer than `max_batch` rows, drops the rows of requests whose client went away, and runs one
 round over all rows (a joining request's prompt goes in by chunks, so it does not stall the others).
 Each row's committed pieces go back to its request as `Update`s. A request that is cancelled while
-waiting gives its place back at once; a running one leaves the batch at the next round.
+waiting gives its place back at once; a running one leaves the batch at the next round. A finished
+request's place is given back before its last update is sent, so a client that sends its next
+request on reading the answer always finds its place free.
+
+A row is the unit of failure: an error in one row's drafting, pass or commit ends that request with
+an error update and leaves the others running (`Batch.step`). An error outside the rounds (a bug in
+the worker itself) fails every admitted request, and the scheduler is `broken` from then on: it
+refuses new requests (`ServerBroken`) and the server's /health answers 503.
 """
 
 from __future__ import annotations
@@ -27,6 +34,10 @@ log = logging.getLogger("specdec.serve")
 
 class ServerBusy(Exception):
     pass
+
+
+class ServerBroken(Exception):
+    """The worker stopped on an error it could not contain: no request can be served any more."""
 
 
 @dataclass
@@ -89,6 +100,7 @@ class Scheduler:
         self._worker: threading.Thread | None = None
         self._on_change = on_change or (lambda running, waiting: None)
         self._on_round = on_round or (lambda rows, gammas: None)
+        self.broken: str | None = None  # why the worker stopped, once it has
 
     @property
     def running(self) -> int:
@@ -99,7 +111,10 @@ class Scheduler:
         return sum(1 for j in self._jobs if not j.started)
 
     def check_room(self) -> None:
-        """Raise ServerBusy when the line is full (a request checks before its prompt is tokenized)."""
+        """Raise ServerBusy when the line is full, ServerBroken when the worker has stopped (a request
+        checks before its prompt is tokenized)."""
+        if self.broken is not None:
+            raise ServerBroken(f"the server cannot generate any more: {self.broken}; restart it")
         if len(self._jobs) >= self.max_pending:
             raise ServerBusy(f"the server is busy: {len(self._jobs)} requests are running or waiting, "
                              f"the bound is {self.max_pending}; retry later")
@@ -139,9 +154,23 @@ class Scheduler:
         job._loop.call_soon_threadsafe(self.release, job)
 
     def _work(self) -> None:
-        """Worker thread: admit, drop the cancelled, run a round; sleep while there is nothing to do."""
-        batch: Batch | None = None
+        """Worker thread: the rounds, and if they stop on an error they could not contain, every
+        admitted job fails and the scheduler is broken."""
         jobs: dict[Row, Job] = {}  # the batch's rows → their jobs
+        try:
+            self._rounds(jobs)
+        except BaseException as exc:  # a bug outside any one row: nothing can be served after it
+            log.exception("the generation worker stopped")
+            self.broken = f"the generation worker stopped on {type(exc).__name__}: {exc}"
+            with self._wake:
+                waiting, self._line = list(self._line), deque()
+            for job in [*jobs.values(), *waiting]:
+                self._fail(job, self.broken)
+            self._on_round(0, [])
+
+    def _rounds(self, jobs: dict[Row, Job]) -> None:
+        """Admit, drop the cancelled, run a round; sleep while there is nothing to do."""
+        batch: Batch | None = None
         while True:
             with self._wake:
                 while not self._closing and not self._line and not (batch and batch.rows):
@@ -173,23 +202,28 @@ class Scheduler:
                     del jobs[row]
                     self._finished(job)
             if not batch or not batch.rows:
+                self._on_round(0, [])  # at rest: no rows
                 continue
-            try:
-                events = batch.step()
-            except Exception as exc:  # a bug in a round fails the rows that were in it, not the server
-                log.exception("a decoding round failed")
-                for row, job in list(jobs.items()):
-                    batch.remove(row)
-                    del jobs[row]
-                    self._fail(job, f"generation failed: {type(exc).__name__}: {exc}")
-                continue
+            events = batch.step()  # a row's own error comes back as its event; the others go on
             self._on_round(*batch.last_round)
             for row, event in events:
                 job = jobs[row]
-                job.send(Update(event.pieces, event.stats if event.done else None))
-                if event.done:
+                if event.error is not None:
+                    del jobs[row]
+                    user_error = isinstance(event.error, SpecdecError)
+                    if not user_error:  # a bug: logged with its traceback, reported without it
+                        log.error("a request's generation failed", exc_info=event.error)
+                    message = str(event.error) if user_error else \
+                        f"generation failed: {type(event.error).__name__}: {event.error}"
+                    self._fail(job, message, user_error=user_error)
+                elif event.done:  # its place is free before the answer's end reaches the client
                     del jobs[row]
                     self._finished(job)
+                    job.send(Update(event.pieces, event.stats))
+                else:
+                    job.send(Update(event.pieces))
+            if not batch.rows:
+                self._on_round(0, [])
         for job in jobs.values():  # closing: whatever is left ends now
             self._finished(job)
 
@@ -197,8 +231,8 @@ class Scheduler:
         job._loop.call_soon_threadsafe(self._changed)
 
     def _fail(self, job: Job, message: str, user_error: bool = False) -> None:
+        self._finished(job)  # the place first, then the news (both in order on the event loop)
         job.send(Update([], error=message, user_error=user_error))
-        self._finished(job)
 
     def close(self) -> None:
         """Shutdown: cancel what is left and wait for the worker to stop (at most one round)."""

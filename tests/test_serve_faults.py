@@ -1,0 +1,197 @@
+"""Faults while serving: a row is the unit of failure, a broken worker says so, places are free before
+the answer ends, gauges are exact at rest.
+
+- a drafter that raises on its third proposal ends its own row with an error; the rows beside it, in
+  the same batch, finish with exactly the tokens they get alone (greedy);
+- the same through the server: the failing request gets a 500 error object, the others their answers;
+- an error outside the rounds (the worker itself) fails every admitted request, /health answers 503
+  and new requests get a 503 naming the cause;
+- a finished request's place is given back before its answer's end is sent: four clients sending
+  request after request at a bound of four never get a 429, even when the worker thread is held
+  just after sending (what the GIL can do to it), and /health and the batch gauge read 0 at once.
+Each of these fails on a scheduler that sends the last update before releasing the place, or that
+fails the whole round for one row's error.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+from test_serve import MODEL, PROMPT, LiveServer, chat_folder, make_service  # noqa: F401
+
+from specdec.batch import Batch
+from specdec.drafters.ngram import PromptLookupDrafter
+from specdec.engine import Engine, GenerationConfig
+from specdec.runtime import load_model
+from specdec.serve import scheduler as scheduler_module
+from specdec.serve.app import ServeSettings, Service
+
+PROMPTS = [[5, 9, 12, 7, 5, 9, 12, 7, 5], [3, 4, 5, 3, 4, 5, 3], [8, 8, 8, 8, 8, 8]]
+
+
+class FailsOnThirdProposal(PromptLookupDrafter):
+    """Prompt lookup that raises on its third proposal of a request (a drafter's bug), once `armed`
+    (after the server measured its costs)."""
+
+    armed = True
+
+    def begin(self, prompt_ids, max_len, target_cache=None) -> None:
+        self.proposals = 0
+
+    def propose(self, tokens, max_tokens, params, generator):
+        self.proposals += 1
+        if self.armed and self.proposals == 3:
+            raise RuntimeError("the drafter broke on its third proposal")
+        return super().propose(tokens, max_tokens, params, generator)
+
+
+def test_a_failing_row_ends_alone_and_the_others_finish_as_alone(tiny_target):
+    config = GenerationConfig(max_new_tokens=24, gamma=3, ignore_eos=True)
+    good = [Engine(tiny_target), Engine(tiny_target, [PromptLookupDrafter()])]
+    bad = Engine(tiny_target, [FailsOnThirdProposal()])
+    alone = [engine.generate(prompt, config).token_ids for engine, prompt in zip(good, PROMPTS)]
+    with pytest.raises(RuntimeError, match="third proposal"):  # alone, the library call raises the row's error
+        bad.generate(PROMPTS[2], config)
+    batch = Batch(tiny_target)
+    rows = [engine.row(prompt, config) for engine, prompt in zip([*good, bad], PROMPTS)]
+    for row in rows:
+        batch.add(row)
+    outputs = {id(row): [] for row in rows}
+    errors = {}
+    while batch.rows:
+        for row, event in batch.step():
+            outputs[id(row)] += [t for piece in event.pieces for t in piece.token_ids]
+            if event.error is not None:
+                errors[id(row)] = event.error
+    assert list(errors) == [id(rows[2])] and "third proposal" in str(errors[id(rows[2])])
+    assert [outputs[id(row)] for row in rows[:2]] == alone
+
+
+def test_a_row_whose_cache_overflows_fails_alone(tiny_target):
+    config = GenerationConfig(max_new_tokens=12, ignore_eos=True)
+    engine = Engine(tiny_target)
+    alone = engine.generate(PROMPTS[0], config).token_ids
+    batch = Batch(tiny_target)
+    kept, broken = engine.row(PROMPTS[0], config), engine.row(PROMPTS[1], config)
+    broken.cache.max_len = len(PROMPTS[1]) + 2  # room for the prompt and two more tokens only
+    batch.add(kept)
+    batch.add(broken)
+    errors = []
+    while batch.rows:
+        errors += [(row, event.error) for row, event in batch.step() if event.error is not None]
+    assert [row for row, _ in errors] == [broken] and "past the cache" in str(errors[0][1])
+    assert kept.tokens[len(PROMPTS[0]):] == alone
+
+
+def wait_for(predicate, seconds=10.0):
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_a_failing_request_gets_its_error_and_the_others_their_answers(chat_folder):  # noqa: F811
+    target = load_model(str(chat_folder))
+    drafter = FailsOnThirdProposal()
+    drafter.armed = False  # while the server measures its costs
+    service = Service(target, [drafter], ServeSettings(model_id=MODEL, max_batch=4))
+    service.prepare()
+    drafter.armed = True
+    server = LiveServer(service)
+    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 24, "temperature": 0}
+    try:
+        plain = {**body, "speculation": {"enabled": False}}
+        expected = httpx.post(server.url + "/v1/completions", json=plain, timeout=30).json()["choices"][0]["text"]
+        with ThreadPoolExecutor(4) as pool:
+            bad = pool.submit(httpx.post, server.url + "/v1/completions",
+                              json={**body, "speculation": {"drafter": "ngram", "gamma": 2}}, timeout=30)
+            good = [pool.submit(httpx.post, server.url + "/v1/completions", json={**body, "speculation": {"enabled": False}},
+                                timeout=30) for _ in range(3)]
+            answers = [g.result() for g in good]
+            failed = bad.result()
+        assert failed.status_code == 500 and "third proposal" in failed.json()["error"]["message"]
+        assert [a.status_code for a in answers] == [200] * 3
+        assert [a.json()["choices"][0]["text"] for a in answers] == [expected] * 3
+        assert httpx.get(server.url + "/health").status_code == 200
+    finally:
+        server.stop()
+
+
+def test_a_broken_worker_fails_what_it_holds_and_health_says_503(chat_folder, monkeypatch):  # noqa: F811
+    service = make_service(chat_folder, "none")
+    server = LiveServer(service)
+    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 8, "temperature": 0}
+    try:
+        assert httpx.post(server.url + "/v1/completions", json=body, timeout=30).status_code == 200
+
+        def broken_round(batch):
+            raise MemoryError("no memory for the round")
+
+        monkeypatch.setattr(scheduler_module.Batch, "step", broken_round)
+        failed = httpx.post(server.url + "/v1/completions", json=body, timeout=30)
+        assert failed.status_code == 500 and "worker stopped" in failed.json()["error"]["message"]
+        health = httpx.get(server.url + "/health")
+        assert health.status_code == 503 and "MemoryError" in health.json()["error"]["message"]
+        refused = httpx.post(server.url + "/v1/completions", json=body, timeout=30)
+        assert refused.status_code == 503 and "restart" in refused.json()["error"]["message"]
+    finally:
+        server.stop()
+
+
+def test_sequential_clients_at_the_bound_never_get_429(chat_folder, monkeypatch):  # noqa: F811
+    service = make_service(chat_folder, "none", max_pending=4, max_batch=4)
+    send = scheduler_module.Job.send
+
+    def send_then_stall(job, update):  # the worker loses the CPU right after sending an answer's end
+        send(job, update)
+        if update.stats is not None or update.error is not None:
+            time.sleep(0.2)
+
+    monkeypatch.setattr(scheduler_module.Job, "send", send_then_stall)
+    server = LiveServer(service)
+    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 4, "temperature": 0}
+
+    def client(_) -> list[int]:
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            return [http.post("/v1/completions", json=body).status_code for _ in range(5)]
+
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            statuses = [s for run in pool.map(client, range(4)) for s in run]
+        assert statuses == [200] * 20  # 20 requests, never more than 4 in flight
+        health = httpx.get(server.url + "/health").json()
+        assert health["running"] == 0 and health["waiting"] == 0
+        wait_for(lambda: "specdec_batch_rows 0.0" in httpx.get(server.url + "/metrics").text, seconds=2)
+    finally:
+        server.stop()
+
+
+def test_the_place_is_free_when_the_answer_ends(tiny_target, monkeypatch):
+    """The scheduler alone: on reading a job's last update, its place is already given back."""
+    import asyncio
+
+    held = threading.Event()
+    send = scheduler_module.Job.send
+
+    def send_then_stall(job, update):
+        send(job, update)
+        if update.stats is not None:
+            held.wait(0.5)
+
+    monkeypatch.setattr(scheduler_module.Job, "send", send_then_stall)
+
+    async def scenario():
+        scheduler = scheduler_module.Scheduler(max_pending=1)
+        job = scheduler.submit(Engine(tiny_target), [5, 9, 12], GenerationConfig(max_new_tokens=3, ignore_eos=True))
+        while (update := await asyncio.wait_for(job.updates.get(), 10)).stats is None:
+            pass
+        free = job.released and scheduler.running == 0
+        held.set()
+        scheduler.close()
+        return free
+
+    assert asyncio.run(scenario())
