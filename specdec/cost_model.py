@@ -329,15 +329,16 @@ def best_batch(costs: CostModel, largest: int = max(BATCH_SIZES), share: float =
 
 
 def load_or_measure(model, drafters: list, max_gamma: int, *, remeasure: bool = False,
-                    repeats: int = 9, cache: bool = True, max_batch: int = 1) -> CostModel:
-    """The cost model for `model` on this machine with these drafters: from the cache, or measured now.
-    Passes are timed for 1 .. max_gamma + 1 tokens, or up to a tree drafter's node budget + 1; with
-    `max_batch` > 1 (a server), also the cost of separate rows up to that many."""
+                    repeats: int = 9, cache: bool = True, max_batch: int = 1, known: CostModel | None = None) -> CostModel:
+    """The cost model for `model` on this machine with these drafters: `known` (one in use) or the
+    cache's, with whatever it lacks measured now and added (nothing measured is dropped), or all of
+    it measured now. Passes are timed for 1 .. max_gamma + 1 tokens, or up to a tree drafter's node
+    budget + 1; with `max_batch` > 1 (a server), also the cost of separate rows up to that many."""
     largest = largest_pass(drafters, max_gamma)
     key, description = cost_key(model)
     path = costs_dir() / f"{key}.json"
-    costs = None
-    if cache and not remeasure and path.is_file():
+    costs = None if remeasure else known
+    if costs is None and cache and not remeasure and path.is_file():
         try:
             data = json.loads(path.read_text())
             if data.get("version") == FORMAT_VERSION and data.get("key") == key:
@@ -346,12 +347,17 @@ def load_or_measure(model, drafters: list, max_gamma: int, *, remeasure: bool = 
             costs = None  # unreadable or from another version: measure again and overwrite
     changed = False
     context = min(COST_CONTEXT, model.max_context - largest - 1)
-    if costs is None or not covers(costs, largest):
+    if costs is None:
         announce(f"measuring this machine's costs of target passes over 1..{largest} tokens (once; cached in {path})")
-        sizes = list(range(1, largest + 1))
         measured_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        costs = CostModel(measure_pass_costs(model.net, context, sizes, repeats), key=key,
+        costs = CostModel(measure_pass_costs(model.net, context, list(range(1, largest + 1)), repeats), key=key,
                           description={**description, "context": context, "measured_at": measured_at})
+        changed = True
+    elif not covers(costs, largest):
+        missing = [k for k in range(1, largest + 1) if k not in costs.pass_seconds]
+        announce(f"measuring this machine's costs of target passes over {missing[0]}..{missing[-1]} tokens "
+                 f"(once; added to {path})")
+        costs.pass_seconds.update(measure_pass_costs(model.net, context, missing, repeats))
         changed = True
     batch_sizes = [b for b in BATCH_SIZES if b <= max_batch]
     if any(b not in costs.row_seconds for b in batch_sizes):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from specdec.batch import Batch, Piece, Row, StreamEvent
 from specdec.cost_model import BATCH_SIZES, CostModel, covers, largest_pass, load_or_measure
 from specdec.drafters.base import Drafter
-from specdec.errors import ConfigError, SpecdecError
+from specdec.errors import ConfigError, ContextLengthError, SpecdecError
 from specdec.policy import AdaptivePolicy, FixedPolicy
 from specdec.runtime.loading import LanguageModel
 from specdec.sampling import SamplingParams
@@ -75,6 +75,7 @@ class Engine:
             raise ConfigError(f"drafter names must differ, got {names}")
         self.name = names[0] if len(names) == 1 else f"auto({','.join(names)})" if names else "none"
         self.cost_model = cost_model
+        self.may_measure = True  # False (a server, once prepared): a cost the model lacks is an error, not a pause
         self._last_policy: dict[tuple, AdaptivePolicy] = {}  # per (max γ, fixed γ): the latest request's policy
 
     def needs_costs(self, config: GenerationConfig) -> bool:
@@ -88,7 +89,12 @@ class Engine:
             b not in self.cost_model.row_seconds for b in BATCH_SIZES if b <= max_batch)
         if (self.cost_model is None or not covers(self.cost_model, largest_pass(self.drafters, max_gamma))
                 or any(d.name not in self.cost_model.draft_costs for d in self.drafters) or missing_rows):
-            self.cost_model = load_or_measure(self.target, self.drafters, max_gamma, max_batch=max_batch)
+            if not self.may_measure:
+                raise ConfigError(f"this needs pass costs up to γ = {max_gamma} with {self.name}, which were not "
+                                  "measured when the engine was prepared; ask for a smaller γ")
+            # what is known (and what rounds have calibrated) is kept; only what is missing is measured
+            self.cost_model = load_or_measure(self.target, self.drafters, max_gamma, max_batch=max_batch,
+                                              known=self.cost_model)
         return self.cost_model
 
     def policy(self, config: GenerationConfig) -> FixedPolicy | AdaptivePolicy:
@@ -148,13 +154,13 @@ class Engine:
     def check_prompt(self, prompt_ids: list[int]) -> list[int]:
         if not prompt_ids:
             raise SpecdecError("the prompt is empty; give some text to continue")
+        if len(prompt_ids) >= self.target.max_context:  # first: cheap, and a server's huge prompt ends here
+            raise ContextLengthError(
+                f"the prompt is {len(prompt_ids)} tokens, but the model's context holds "
+                f"{self.target.max_context} (and at least one new token); shorten the prompt"
+            )
         prompt_ids = [int(t) for t in prompt_ids]
         vocab = self.target.vocab_size
         if min(prompt_ids) < 0 or max(prompt_ids) >= vocab:
             raise SpecdecError(f"prompt token ids must lie in [0, {vocab}); got {min(prompt_ids)}..{max(prompt_ids)}")
-        if len(prompt_ids) >= self.target.max_context:
-            raise SpecdecError(
-                f"the prompt is {len(prompt_ids)} tokens, but the model's context holds "
-                f"{self.target.max_context} (and at least one new token); shorten the prompt"
-            )
         return prompt_ids

@@ -16,3 +16,7 @@ class ModelLoadError(SpecdecError):
 
 class ConfigError(SpecdecError):
     """A generation or drafting setting is out of range or inconsistent."""
+
+
+class ContextLengthError(SpecdecError):
+    """A prompt (with the tokens asked for) does not fit the model's context."""

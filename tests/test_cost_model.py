@@ -152,3 +152,29 @@ def test_rows_are_measured_for_a_server_and_cached(tiny_target, costs_dir):
     assert again.row_seconds == served.row_seconds and again.pass_seconds == served.pass_seconds
     wider = load_or_measure(tiny_target, [], max_gamma=6, repeats=2, max_batch=4)  # 5..7 were never measured
     assert cost_model.covers(wider, 7)
+
+
+def test_measuring_more_sizes_adds_them_and_drops_nothing(tiny_target, costs_dir, monkeypatch):
+    """A wider γ measures only the pass sizes not yet known; the rows' costs, the drafters' costs and
+    the sizes already measured stay (a server's row costs once vanished here, pricing extra rows at 0)."""
+    lookup = PromptLookupDrafter()
+    served = load_or_measure(tiny_target, [lookup], max_gamma=2, repeats=1, max_batch=4)
+    rows, drafts, passes = dict(served.row_seconds), dict(served.draft_costs), dict(served.pass_seconds)
+    measure = cost_model.measure_pass_costs
+    asked = []
+
+    def recording(net, context, sizes, repeats):
+        asked.append(list(sizes))
+        return measure(net, context, sizes, repeats)
+
+    monkeypatch.setattr(cost_model, "measure_pass_costs", recording)
+    wider = load_or_measure(tiny_target, [lookup], max_gamma=6, repeats=1, max_batch=4)
+    assert asked == [[5, 6, 7]]
+    assert wider.row_seconds == rows and wider.draft_costs == drafts
+    assert all(wider.pass_seconds[k] == v for k, v in passes.items()) and cost_model.covers(wider, 7)
+    from_disk = load_or_measure(tiny_target, [lookup], max_gamma=6, max_batch=4)  # the file has all of it
+    assert from_disk.row_seconds == rows and sorted(from_disk.pass_seconds) == sorted(wider.pass_seconds)
+    in_use = CostModel.from_json(wider.to_json())
+    in_use.observe_round(2, 10 * in_use.pass_seconds[2])  # calibrated by rounds, in memory only
+    kept = load_or_measure(tiny_target, [lookup], max_gamma=7, repeats=1, max_batch=4, known=in_use)
+    assert kept is in_use and asked[-1] == [8] and kept.target_pass(2) > wider.target_pass(2)

@@ -195,3 +195,31 @@ def test_the_place_is_free_when_the_answer_ends(tiny_target, monkeypatch):
         return free
 
     assert asyncio.run(scenario())
+
+
+def test_nothing_is_measured_while_serving(chat_folder, monkeypatch):  # noqa: F811
+    """Once prepared, every speculation setting a request may send runs on the measured costs; a γ
+    past the server's bound gets a 400 naming the bound (it once paused every stream to measure)."""
+    service = make_service(chat_folder, "auto:ngram,suffix")  # --max-gamma 8, measured at start
+
+    def no_measuring(*args, **kwargs):
+        raise AssertionError("measured while serving")
+
+    from specdec import cost_model
+
+    for name in ("measure_pass_costs", "measure_row_costs", "measure_draft_cost"):
+        monkeypatch.setattr(cost_model, name, no_measuring)
+    server = LiveServer(service)
+    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 12, "temperature": 0}
+    allowed = [{}, {"drafter": "auto"}, {"gamma": 8}, {"max_gamma": 8}, {"drafter": "ngram"}, {"drafter": "suffix", "gamma": 3},
+               {"drafter": "ngram", "gamma": "auto", "max_gamma": 2}, {"enabled": False}]
+    try:
+        for speculation in allowed:
+            answer = httpx.post(server.url + "/v1/completions", json={**body, "speculation": speculation}, timeout=30)
+            assert answer.status_code == 200, (speculation, answer.text)
+        for speculation, param in (({"max_gamma": 16}, "speculation.max_gamma"), ({"gamma": 12}, "speculation.gamma")):
+            refused = httpx.post(server.url + "/v1/completions", json={**body, "speculation": speculation}, timeout=30)
+            error = refused.json()["error"]
+            assert refused.status_code == 400 and error["param"] == param and "bound of 8" in error["message"]
+    finally:
+        server.stop()

@@ -26,16 +26,16 @@ from dataclasses import dataclass, field
 
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from specdec.drafters.base import Drafter
 from specdec.engine import AUTO, Engine, GenerationConfig
-from specdec.errors import SpecdecError
+from specdec.errors import ContextLengthError, SpecdecError
 from specdec.runtime.loading import LanguageModel
 from specdec.sampling import SamplingParams
+from specdec.serve.bodies import ON_LOOP_BYTES, ApiError, error_body, parse
 from specdec.serve.metrics import ServerMetrics
 from specdec.cost_model import BATCH_SIZES, best_batch
 from specdec.drafters.suffix import SuffixDrafter
@@ -60,20 +60,10 @@ class ServeSettings:
     max_body_bytes: int | None = None  # past it, 413; None: BODY_BYTES_PER_CONTEXT_TOKEN × context, at least 1 MiB
     max_batch: int | None = None  # requests decoded together; None: chosen from the measured costs (`best_batch`)
     share_learning: bool = False  # drafters that learn from outputs (suffix) learn from every client's: off by default
+    api_docs: bool = False  # serve /docs, /redoc and /openapi.json (FastAPI's pages; /docs loads its scripts from a CDN)
 
 
 RETRY_AFTER_SECONDS = 1  # what a 429 tells the client to wait
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None,
-                 kind: str = "invalid_request_error") -> None:
-        super().__init__(message)
-        self.status, self.message, self.code, self.param, self.kind = status, message, code, param, kind
-
-
-def error_body(message: str, code: str | None = None, param: str | None = None, kind: str = "invalid_request_error") -> dict:
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 def error_response(status: int, message: str, code: str | None = None, param: str | None = None,
@@ -116,6 +106,7 @@ class Service:
         self.max_body_bytes = (self.settings.max_body_bytes if self.settings.max_body_bytes is not None
                                else max(MIN_BODY_BYTES, BODY_BYTES_PER_CONTEXT_TOKEN * self.target.max_context))
         self.stopping = asyncio.Event()  # set when a shutdown's grace period is over
+        self.prepared = False  # `prepare` ran: the engines measure nothing more
 
     def stop_requests(self) -> None:
         """The shutdown's grace period is over: end the requests in flight with an error their clients can read."""
@@ -123,14 +114,21 @@ class Service:
 
     def prepare(self) -> None:
         """Measure (or read) the cost model now, so that no request pays for it, and choose the batch
-        bound from it when the settings leave it open."""
+        bound from it when the settings leave it open. From then on nothing is measured while serving:
+        requests are held to the prepared bounds (`plan`), and an engine that would still need a cost
+        refuses the request instead of pausing every stream to measure it."""
         if self.drafters or self.settings.max_batch is None:
             costs = self.default.costs(self.settings.max_gamma, max_batch=self.settings.max_batch or max(BATCH_SIZES))
             self.scheduler.max_batch = self.settings.max_batch or best_batch(costs)
+        self.prepared = True
+        for engine in self._engines.values():
+            engine.may_measure = False
 
     def engine(self, names: tuple[str, ...]) -> Engine:
         if names not in self._engines:
-            self._engines[names] = Engine(self.target, [self.by_name[n] for n in names], cost_model=self.default.cost_model)
+            engine = Engine(self.target, [self.by_name[n] for n in names], cost_model=self.default.cost_model)
+            engine.may_measure = not self.prepared
+            self._engines[names] = engine
         return self._engines[names]
 
     def plan(self, spec: Speculation | None) -> tuple[Engine, int | str, int]:
@@ -138,6 +136,12 @@ class Service:
         spec = spec or Speculation()
         gamma = spec.gamma if spec.gamma is not None else self.settings.gamma
         max_gamma = spec.max_gamma if spec.max_gamma is not None else self.settings.max_gamma
+        bound = self.settings.max_gamma  # what the server measured its costs for at start
+        for name, value in (("gamma", spec.gamma), ("max_gamma", spec.max_gamma)):
+            if isinstance(value, int) and value > bound:
+                raise ApiError(400, f"speculation.{name} {value} is more than this server's bound of {bound} draft "
+                                    f"tokens per round (its --max-gamma); send at most {bound}",
+                               param=f"speculation.{name}")
         if not spec.enabled or spec.drafter == "none":
             if spec.gamma is not None or spec.max_gamma is not None or (spec.drafter not in (None, "none")):
                 raise ApiError(400, "speculation.enabled is false: leave out drafter, gamma and max_gamma", param="speculation")
@@ -157,7 +161,6 @@ class Service:
             source = "" if spec.gamma is not None else ", the server's default"
             raise ApiError(400, f"speculation.max_gamma only applies with gamma 'auto', and this request's gamma is "
                                 f"{gamma}{source}: leave max_gamma out, or send gamma 'auto'", param="speculation.max_gamma")
-        # a γ past the prepared cost curve is measured by the engine on the worker thread, never here
         return self.engine(names), gamma, max_gamma
 
 
@@ -171,48 +174,6 @@ def speculation_report(stats: GenerationStats) -> dict:
 def usage(stats: GenerationStats) -> dict:
     return {"prompt_tokens": stats.prompt_tokens, "completion_tokens": stats.new_tokens,
             "total_tokens": stats.prompt_tokens + stats.new_tokens}
-
-
-def refuse_invalid_text(value, path: str = "") -> None:
-    """Refuse a string that is not Unicode text anywhere in a request body: JSON's "\\ud800" escape decodes
-    to a lone surrogate, which no tokenizer and no UTF-8 encoder takes."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise ApiError(400, f"{path}: not valid Unicode text: lone surrogate U+{ord(value[exc.start]):04X} at "
-                                f"character {exc.start}; send UTF-8 text", param=path) from None
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            refuse_invalid_text(item, f"{path}.{key}" if path else key)
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            refuse_invalid_text(item, f"{path}.{index}")
-
-
-def _is_json(content_type: str | None) -> bool:
-    media = (content_type or "").split(";")[0].strip().lower()
-    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
-
-
-def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
-    errors = exc.errors()
-    first = errors[0]
-    loc = [str(part) for part in first.get("loc", ()) if part != "body"]
-    param = ".".join(loc) or None
-    if first.get("type") == "json_invalid":
-        return f"the request body is not valid JSON ({first.get('ctx', {}).get('error', first.get('msg'))})", None
-    if first.get("type") == "missing" and not loc:
-        return "the request body must be a JSON object", None
-    if first.get("type") == "extra_forbidden":
-        message = f"{param}: unknown field; this server does not accept it (see docs/SERVER.md for the fields it takes)"
-    elif first.get("type") == "value_error":
-        message = f"{param}: {first['ctx']['error']}"
-    else:
-        message = f"{param or 'body'}: {first.get('msg')}"
-    if len(errors) > 1:
-        message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
-    return message, param
 
 
 class GuardMiddleware:
@@ -239,6 +200,11 @@ class GuardMiddleware:
             if key and scope["path"] != "/health" and not _key_matches(scope, key):
                 response = error_response(401, "missing or wrong API key: send the header 'Authorization: Bearer KEY' "
                                                "with the key the server was started with", code="invalid_api_key")
+                return await response(scope, receive, counting_send)
+            encoding = dict(scope.get("headers") or []).get(b"content-encoding", b"identity").decode("latin-1")
+            if encoding.strip().lower() != "identity":
+                response = error_response(415, f"the request body is sent with Content-Encoding: {encoding}, which this "
+                                               "server does not decode; send it uncompressed", code="unsupported_encoding")
                 return await response(scope, receive, counting_send)
             limit = self.service.max_body_bytes
             body = await _read_body(scope, receive, limit)
@@ -281,22 +247,15 @@ def _key_matches(scope, key: str) -> bool:
 
 
 def create_app(service: Service) -> FastAPI:
+    docs = service.settings.api_docs
     app = FastAPI(title="specdec", description="OpenAI-compatible completions with speculative decoding",
-                  lifespan=_lifespan(service))
+                  lifespan=_lifespan(service), docs_url="/docs" if docs else None,
+                  redoc_url="/redoc" if docs else None, openapi_url="/openapi.json" if docs else None)
     app.add_middleware(GuardMiddleware, service=service)
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError):
         return error_response(exc.status, exc.message, exc.code, exc.param, exc.kind)
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError):
-        content_type = request.headers.get("content-type")
-        if not _is_json(content_type):
-            return error_response(415, "the request body must be JSON: send Content-Type: application/json (this "
-                                       f"request's Content-Type is {content_type or 'missing'})", code="unsupported_media_type")
-        message, param = _validation_message(exc)
-        return error_response(400, message, code="invalid_request", param=param)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
@@ -327,7 +286,8 @@ def create_app(service: Service) -> FastAPI:
                             "max_gamma": service.settings.max_gamma}}]}
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(body: ChatCompletionRequest, request: Request):
+    async def chat_completions(request: Request):
+        body = await _parsed(request, ChatCompletionRequest)
         tokenizer = service.target.tokenizer
         if not tokenizer.chat_template:
             raise ApiError(400, "this model has no chat template; use POST /v1/completions with a plain prompt")
@@ -342,7 +302,8 @@ def create_app(service: Service) -> FastAPI:
         return await _respond(service, body, tokenize, request, chat=True)
 
     @app.post("/v1/completions")
-    async def completions(body: CompletionRequest, request: Request):
+    async def completions(request: Request):
+        body = await _parsed(request, CompletionRequest)
         prompt = body.prompt[0] if isinstance(body.prompt, list) and isinstance(body.prompt[0], str) else body.prompt
         if prompt == "":
             raise ApiError(400, "prompt: empty; give some text to continue", param="prompt")
@@ -350,6 +311,15 @@ def create_app(service: Service) -> FastAPI:
         return await _respond(service, body, tokenize, request, chat=False)
 
     return app
+
+
+async def _parsed(request: Request, schema):
+    """The request's body as `schema`: parsed on the event loop when small, on a thread when large."""
+    raw = await request.body()
+    content_type = request.headers.get("content-type")
+    if len(raw) <= ON_LOOP_BYTES:
+        return parse(raw, content_type, schema)
+    return await asyncio.to_thread(parse, raw, content_type, schema)
 
 
 def _lifespan(service: Service):
@@ -381,8 +351,10 @@ class GracefulServer(uvicorn.Server):
 def _config(service: Service, body, prompt_ids: list[int], engine: Engine, gamma, max_gamma) -> GenerationConfig:
     try:
         engine.check_prompt(prompt_ids)
-    except SpecdecError as exc:
+    except ContextLengthError as exc:
         raise ApiError(400, str(exc), code="context_length_exceeded", param="prompt") from exc
+    except SpecdecError as exc:  # empty, or token ids outside the vocabulary
+        raise ApiError(400, str(exc), code="invalid_value", param="prompt") from exc
     room = service.target.max_context - len(prompt_ids)
     limit = body.token_limit
     if limit is None:
@@ -397,8 +369,8 @@ def _config(service: Service, body, prompt_ids: list[int], engine: Engine, gamma
 
 
 async def _respond(service: Service, body, tokenize: Callable[[], list[int]], request: Request, chat: bool):
-    """The cheap checks, then `tokenize` on a thread (a long prompt must not stall the streams), then the queue."""
-    refuse_invalid_text(body.model_dump())
+    """The cheap checks, then `tokenize` and the prompt's checks on a thread (a long prompt must not stall
+    the streams), then the queue."""
     if body.model != service.settings.model_id:
         raise ApiError(404, f"model '{body.model}' is not served here; GET /v1/models lists: {service.settings.model_id}",
                        code="model_not_found", param="model")
@@ -411,8 +383,11 @@ async def _respond(service: Service, body, tokenize: Callable[[], list[int]], re
         raise busy(service, str(exc)) from None
     except ServerBroken as exc:
         raise unavailable(str(exc)) from None
-    prompt_ids = await asyncio.to_thread(tokenize)
-    config = _config(service, body, prompt_ids, engine, gamma, max_gamma)
+    def prompt_and_config() -> tuple[list[int], GenerationConfig]:
+        prompt_ids = tokenize()
+        return prompt_ids, _config(service, body, prompt_ids, engine, gamma, max_gamma)
+
+    prompt_ids, config = await asyncio.to_thread(prompt_and_config)
     try:
         job = service.scheduler.submit(engine, prompt_ids, config)
     except ServerBusy as exc:

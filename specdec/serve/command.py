@@ -29,6 +29,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--share-learning", action="store_true",
                    help="let drafters that learn from outputs (suffix) learn from every client's answers; off by "
                         "default, so that no client's text shows in another client's drafts or timings")
+    p.add_argument("--api-docs", action="store_true",
+                   help="serve FastAPI's /docs, /redoc and /openapi.json (off by default; /docs loads its scripts "
+                        "from a CDN)")
     p.add_argument("--default-max-tokens", type=int, default=256,
                    help="new tokens when a request gives no max_tokens (default: 256, capped by the context)")
     p.add_argument("--shutdown-timeout", type=float, default=30.0,
@@ -72,7 +75,7 @@ def build_service(args, console):
     settings = ServeSettings(model_id=args.model, api_key=args.api_key, max_pending=args.max_queue,
                              default_max_tokens=args.default_max_tokens, gamma=args.gamma, max_gamma=args.max_gamma,
                              max_body_bytes=args.max_body_bytes, max_batch=args.max_batch,
-                             share_learning=args.share_learning)
+                             share_learning=args.share_learning, api_docs=args.api_docs)
     service = Service(engine.target, engine.drafters, settings)
     with console.status("reading the cost model (measuring it on this machine the first time)"):
         service.prepare()
