@@ -70,39 +70,46 @@ class StreamEvent:
 
 
 class TextAssembler:
-    """Committed ids → text pieces, cut at the first stop string, holding back a possible prefix of one."""
+    """Committed ids → text pieces, cut at the first stop string, holding back a possible prefix of one.
+
+    Text already emitted never ends in a proper prefix of a stop string (that much is held back), so a
+    stop string can only begin in the held text or the new piece: the search looks there alone."""
 
     def __init__(self, detokenizer: IncrementalDetokenizer, stop: tuple[str, ...]) -> None:
         self.detokenizer = detokenizer
         self.stop = stop
-        self.text = ""  # all text emitted so far
+        self.pieces: list[str] = []  # all text emitted so far
+        self.held = ""  # decoded, not yet emitted: it may begin a stop string
         self.stopped = False
 
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
+
     def push(self, token_id: int) -> str:
-        self.detokenizer.push([token_id])
-        return self._emit(self.detokenizer.emitted, final=False)
+        return self._emit(self.detokenizer.push([token_id]), final=False)
 
     def finish(self) -> str:
         if self.stopped:
             return ""
-        self.detokenizer.flush()
-        return self._emit(self.detokenizer.emitted, final=True)
+        return self._emit(self.detokenizer.flush(), final=True)
 
-    def _emit(self, full: str, final: bool) -> str:
+    def _emit(self, new: str, final: bool) -> str:
+        buffer = self.held + new
         if not self.stop:
-            piece, self.text = full[len(self.text):], full
-            return piece
-        search_from = max(0, len(self.text) - max(map(len, self.stop)))
-        hits = [i for i in (full.find(s, search_from) for s in self.stop) if i >= 0]
-        if hits:
-            end = min(hits)
-            self.stopped = True
-        elif final:
-            end = len(full)
+            end = len(buffer)
         else:
-            end = len(full) - _longest_stop_prefix(full, self.stop)
-        end = max(end, len(self.text))
-        piece, self.text = full[len(self.text):end], full[:end]
+            hits = [i for i in (buffer.find(s) for s in self.stop) if i >= 0]
+            if hits:
+                end = min(hits)
+                self.stopped = True
+            elif final:
+                end = len(buffer)
+            else:
+                end = len(buffer) - _longest_stop_prefix(buffer, self.stop)
+        piece, self.held = buffer[:end], ("" if self.stopped else buffer[end:])
+        if piece:
+            self.pieces.append(piece)
         return piece
 
 

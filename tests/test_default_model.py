@@ -197,3 +197,34 @@ def test_the_fused_eagle3_layer_equals_the_module_path(smollm):
     swapped, _ = chain(True, swap_norms=True)
     assert (swapped[0] - module[0]).abs().mean() > 5e-2 * module[0].abs().mean()  # (0.13 measured)
     assert drafter.propose(ids, 3, SamplingParams(), torch.Generator()).tokens  # and it drafts through the engine's entry
+
+
+def test_streamed_text_adds_up_with_constant_work_per_token(smollm):
+    """The incremental detokenizer on the real tokenizer: its pieces add up to the decoding of all ids
+    (text with multi-byte characters split across tokens, and 3,000 random ids, where incomplete
+    characters abound), no piece ends in half a character, and every decode it makes covers a
+    window of a few ids, however long the output (the old one decoded the whole output each token)."""
+    import random
+
+    from specdec.runtime.tokenizer import IncrementalDetokenizer
+
+    tokenizer = smollm.tokenizer
+    text = "Caches: 🧠💾 — naïve façade, 東京タワー, ∑ᵢ xᵢ² ≤ 10³. " * 40
+    rng = random.Random(0)
+    sequences = [tokenizer.encode(text, add_special_tokens=False),
+                 [rng.randrange(smollm.vocab_size) for _ in range(3000)]]
+    windows = []
+    decode = tokenizer.decode
+
+    def recording_decode(ids, skip_special_tokens=True):
+        windows.append(len(ids))
+        return decode(ids, skip_special_tokens=skip_special_tokens)
+
+    for ids in sequences:
+        windows.clear()
+        detokenizer = IncrementalDetokenizer(type("Recording", (), {"decode": staticmethod(recording_decode)})())
+        pieces = [detokenizer.push([i]) for i in ids]
+        pieces.append(detokenizer.flush())
+        assert "".join(pieces) == decode(ids)
+        assert not any(p.endswith("\ufffd") for p in pieces[:-1])
+        assert len(ids) > 1000 and max(windows) <= 16, max(windows)

@@ -151,28 +151,34 @@ def _compile(template: str):
 
 
 class IncrementalDetokenizer:
-    """Feed ids as they are committed; get back the new text each time (possibly empty).
+    """Feed ids as they are committed; get back the new text each time (possibly empty), with constant
+    work per token however long the output grows.
 
-    Decodes the whole sequence and emits the new suffix, holding back text while it ends in an
-    incomplete UTF-8 character (shown by the replacement character).
+    Each push decodes a short window, the ids since `prefix` (a few tokens back), twice: without and
+    with the ids not yet shown (from `read` on), and emits the difference; the window then moves on.
+    Decoding from the same first id both times cancels what a decoder does at a text's start (a
+    SentencePiece leading space), so the pieces add up to the decoding of all ids. Text that ends in
+    an incomplete UTF-8 character (the replacement character) is held back until it completes.
     """
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer
         self.ids: list[int] = []
-        self.emitted = ""
+        self.prefix = 0  # the window's first id
+        self.read = 0  # ids before this one are shown
 
     def push(self, new_ids: list[int]) -> str:
         self.ids.extend(new_ids)
-        text = self.tokenizer.decode(self.ids)
-        if text.endswith("\ufffd"):
-            return ""
-        piece = text[len(self.emitted):] if text.startswith(self.emitted) else ""
-        self.emitted = text
-        return piece
+        return self._advance(final=False)
 
     def flush(self) -> str:
-        text = self.tokenizer.decode(self.ids)
-        piece = text[len(self.emitted):] if text.startswith(self.emitted) else ""
-        self.emitted = text
-        return piece
+        """Whatever is still held back (an incomplete character at the end: as the decoder renders it)."""
+        return self._advance(final=True)
+
+    def _advance(self, final: bool) -> str:
+        shown = self.tokenizer.decode(self.ids[self.prefix:self.read])
+        text = self.tokenizer.decode(self.ids[self.prefix:])
+        if len(text) <= len(shown) or (text.endswith("\ufffd") and not final) or not text.startswith(shown):
+            return ""
+        self.prefix, self.read = self.read, len(self.ids)
+        return text[len(shown):]
