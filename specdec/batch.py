@@ -53,6 +53,14 @@ PREFILL_CHUNK = 64  # prompt tokens per row per pass (chunks do not change a bit
 CACHE_STEP = 256  # a row's cache holds a multiple of this many slots
 
 
+def cache_slots(max_len: int, drafters: list[Drafter]) -> int:
+    """The slots of a row's target cache: its longest sequence and the largest tree beyond it, in steps
+    of CACHE_STEP (a server's rows then free and take blocks of a few sizes, which the allocator
+    reuses, instead of fragmenting memory with every request's own size)."""
+    room = max_len + max((d.max_nodes for d in drafters), default=0)
+    return -(-room // CACHE_STEP) * CACHE_STEP
+
+
 @dataclass
 class Piece:
     text: str
@@ -154,10 +162,7 @@ class Row:
         self.tokens = list(prompt_ids)
         self.generated = 0
         self.done = False
-        room = self.max_len + max((d.max_nodes for d in drafters), default=0)
-        # in steps of CACHE_STEP slots: a server's rows then free and take blocks of a few sizes,
-        # which the allocator reuses, instead of fragmenting memory with every request's own size
-        self.cache = target.net.new_cache(-(-room // CACHE_STEP) * CACHE_STEP)
+        self.cache = target.net.new_cache(cache_slots(self.max_len, drafters))
         for drafter in drafters:
             drafter.begin(self.prompt_ids, self.max_len, self.cache)
         self.started = time.perf_counter()

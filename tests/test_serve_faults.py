@@ -29,6 +29,7 @@ from specdec.engine import Engine, GenerationConfig
 from specdec.runtime import load_model
 from specdec.serve import scheduler as scheduler_module
 from specdec.serve.app import ServeSettings, Service
+from specdec.serve.memory import cache_bytes_per_slot
 
 PROMPTS = [[5, 9, 12, 7, 5, 9, 12, 7, 5], [3, 4, 5, 3, 4, 5, 3], [8, 8, 8, 8, 8, 8]]
 
@@ -223,3 +224,74 @@ def test_nothing_is_measured_while_serving(chat_folder, monkeypatch):  # noqa: F
             assert refused.status_code == 400 and error["param"] == param and "bound of 8" in error["message"]
     finally:
         server.stop()
+
+
+def test_rows_join_only_while_their_caches_fit_the_budget(tiny_target):
+    """Three requests whose rows each need half the budget, with room for four rows: two decode at a
+    time, the third joins when one leaves, and each answer is the one it gets alone."""
+    import asyncio
+
+    from specdec.batch import cache_slots
+
+    engine = Engine(tiny_target)
+    config = GenerationConfig(max_new_tokens=20, ignore_eos=True)
+    need = cache_slots(len(PROMPTS[0]) + 20, []) * cache_bytes_per_slot(tiny_target.net)
+    alone = engine.generate(PROMPTS[0], config).token_ids
+    rows_per_round = []
+
+    async def scenario():
+        scheduler = scheduler_module.Scheduler(max_pending=8, max_batch=4, memory_budget=2 * need,
+                                               on_round=lambda rows, gammas: rows_per_round.append(rows))
+        with pytest.raises(ValueError, match="can never fit"):
+            scheduler.submit(engine, PROMPTS[0], config, cache_bytes=2 * need + 1)
+        jobs = [scheduler.submit(engine, PROMPTS[0], config, cache_bytes=need) for _ in range(3)]
+        outputs = []
+        for job in jobs:
+            tokens = []
+            while (update := await asyncio.wait_for(job.updates.get(), 30)).stats is None:
+                tokens += [t for piece in update.pieces for t in piece.token_ids]
+            outputs.append(tokens + [t for piece in update.pieces for t in piece.token_ids])
+        scheduler.close()
+        return outputs
+
+    assert asyncio.run(scenario()) == [alone] * 3
+    assert max(rows_per_round) == 2 and rows_per_round.count(1) >= 1  # the third ran after the others left
+
+
+def test_a_request_whose_cache_can_never_fit_is_refused_by_name(chat_folder):  # noqa: F811
+    service = make_service(chat_folder, "none")
+    slot = cache_bytes_per_slot(service.target.net)
+    service.scheduler.memory_budget = 256 * slot  # one row of the tiny model's whole context (256 tokens)
+    server = LiveServer(service)
+    try:
+        body = {"model": MODEL, "prompt": PROMPT, "temperature": 0, "max_tokens": 8}
+        assert httpx.post(server.url + "/v1/completions", json=body, timeout=30).status_code == 200
+        service.scheduler.memory_budget = 255 * slot  # less than the smallest cache a row takes (256 slots)
+        refused = httpx.post(server.url + "/v1/completions", json=body, timeout=30)
+        error = refused.json()["error"]
+        assert refused.status_code == 400 and error["code"] == "kv_memory_exceeded" and "--kv-memory" in error["message"]
+    finally:
+        server.stop()
+
+
+def test_an_8b_models_rows_and_what_the_start_up_line_says():
+    """Llama-3.1-8B's shape (32 layers, 8 KV heads of 128): 256 KiB of float32 cache a token, so 16
+    rows of 4k tokens need 16 GiB; the start-up line says how many fit the budget."""
+    from types import SimpleNamespace
+
+    from specdec.runtime.config import ModelConfig
+    from specdec.runtime.llama import LlamaModel
+    from specdec.serve.command import memory_line
+
+    config = ModelConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_layers=32, num_heads=32,
+                         num_kv_heads=8, head_dim=128, max_position_embeddings=8192)
+    net = LlamaModel.on_meta(config)
+    slot = cache_bytes_per_slot(net)
+    assert slot == 32 * 2 * 8 * 128 * 4
+    target = SimpleNamespace(net=net, max_context=8192)
+    service = Service.__new__(Service)  # just what memory_line reads
+    service.target, service.drafters, service.slot_bytes = target, [], slot
+    service.scheduler = SimpleNamespace(memory_budget=15 << 30)
+    line = memory_line(service)
+    assert "256 KiB a token" in line and "15.0 GiB" in line and "7 requests of the full 8192-token" in line
+    assert "(4k tokens: 15)" in line

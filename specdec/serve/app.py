@@ -36,7 +36,9 @@ from specdec.errors import ContextLengthError, SpecdecError
 from specdec.runtime.loading import LanguageModel
 from specdec.sampling import SamplingParams
 from specdec.serve.bodies import ON_LOOP_BYTES, ApiError, error_body, parse
+from specdec.serve.memory import cache_bytes_per_slot, default_budget
 from specdec.serve.metrics import ServerMetrics
+from specdec.batch import cache_slots
 from specdec.cost_model import BATCH_SIZES, best_batch
 from specdec.drafters.suffix import SuffixDrafter
 from specdec.serve.scheduler import Job, Scheduler, ServerBroken, ServerBusy, Update
@@ -60,6 +62,7 @@ class ServeSettings:
     max_body_bytes: int | None = None  # past it, 413; None: BODY_BYTES_PER_CONTEXT_TOKEN × context, at least 1 MiB
     max_batch: int | None = None  # requests decoded together; None: chosen from the measured costs (`best_batch`)
     share_learning: bool = False  # drafters that learn from outputs (suffix) learn from every client's: off by default
+    kv_memory: int | None = None  # bytes the rows' KV caches may hold together; None: memory.default_budget at start
     api_docs: bool = False  # serve /docs, /redoc and /openapi.json (FastAPI's pages; /docs loads its scripts from a CDN)
 
 
@@ -106,6 +109,7 @@ class Service:
         self.max_body_bytes = (self.settings.max_body_bytes if self.settings.max_body_bytes is not None
                                else max(MIN_BODY_BYTES, BODY_BYTES_PER_CONTEXT_TOKEN * self.target.max_context))
         self.stopping = asyncio.Event()  # set when a shutdown's grace period is over
+        self.slot_bytes = cache_bytes_per_slot(self.target.net)  # one token's keys and values, every layer
         self.prepared = False  # `prepare` ran: the engines measure nothing more
 
     def stop_requests(self) -> None:
@@ -120,9 +124,21 @@ class Service:
         if self.drafters or self.settings.max_batch is None:
             costs = self.default.costs(self.settings.max_gamma, max_batch=self.settings.max_batch or max(BATCH_SIZES))
             self.scheduler.max_batch = self.settings.max_batch or best_batch(costs)
+        budget = self.settings.kv_memory if self.settings.kv_memory is not None else default_budget(self.target.net)
+        self.scheduler.memory_budget = budget
         self.prepared = True
         for engine in self._engines.values():
             engine.may_measure = False
+
+    def cache_bytes(self, engine: Engine, prompt_ids: list[int], config: GenerationConfig) -> int:
+        """The KV cache a request's row will hold (as `Row` allocates it)."""
+        max_len = min(len(prompt_ids) + config.max_new_tokens, self.target.max_context)
+        return cache_slots(max_len, engine.drafters) * self.slot_bytes
+
+    def rows_that_fit(self, tokens: int) -> int | None:
+        """How many rows of `tokens` tokens each fit the KV budget at once (None: no budget)."""
+        budget = self.scheduler.memory_budget
+        return None if budget is None else budget // (cache_slots(tokens, self.drafters) * self.slot_bytes)
 
     def engine(self, names: tuple[str, ...]) -> Engine:
         if names not in self._engines:
@@ -388,8 +404,15 @@ async def _respond(service: Service, body, tokenize: Callable[[], list[int]], re
         return prompt_ids, _config(service, body, prompt_ids, engine, gamma, max_gamma)
 
     prompt_ids, config = await asyncio.to_thread(prompt_and_config)
+    need, budget = service.cache_bytes(engine, prompt_ids, config), service.scheduler.memory_budget
+    if budget is not None and need > budget:
+        mib = 1 << 20
+        raise ApiError(400, f"this request's KV cache ({len(prompt_ids)} prompt tokens and up to {config.max_new_tokens} "
+                            f"new ones: {need / mib:.0f} MiB) is larger than all the server may hold ({budget / mib:.0f} "
+                            "MiB, --kv-memory); send a shorter prompt or a smaller max_tokens",
+                       code="kv_memory_exceeded", param="max_tokens")
     try:
-        job = service.scheduler.submit(engine, prompt_ids, config)
+        job = service.scheduler.submit(engine, prompt_ids, config, cache_bytes=need)
     except ServerBusy as exc:
         raise busy(service, str(exc)) from exc
     except ServerBroken as exc:

@@ -29,6 +29,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--share-learning", action="store_true",
                    help="let drafters that learn from outputs (suffix) learn from every client's answers; off by "
                         "default, so that no client's text shows in another client's drafts or timings")
+    p.add_argument("--kv-memory", type=float, default=None, metavar="GIB",
+                   help="GiB the running requests' KV caches may hold together; a request waits until its cache "
+                        "fits, one larger than all of it is refused (default: 80%% of the memory available at start, "
+                        "less the weights)")
     p.add_argument("--api-docs", action="store_true",
                    help="serve FastAPI's /docs, /redoc and /openapi.json (off by default; /docs loads its scripts "
                         "from a CDN)")
@@ -55,8 +59,22 @@ def _check(args) -> None:
         raise SpecdecError(f"--max-body-bytes must be >= 1, got {args.max_body_bytes}")
     if args.shutdown_timeout < 0:
         raise SpecdecError(f"--shutdown-timeout must be >= 0, got {args.shutdown_timeout}")
+    if args.kv_memory is not None and not args.kv_memory > 0:
+        raise SpecdecError(f"--kv-memory must be more than 0 GiB, got {args.kv_memory}")
     if args.api_key is not None and not args.api_key.strip():
         raise SpecdecError("--api-key is empty; give a key or leave the option out")
+
+
+def memory_line(service) -> str:
+    """What the KV caches take and how many rows of the full context fit: said once at start."""
+    context, budget = service.target.max_context, service.scheduler.memory_budget
+    per_token = f"KV cache: {service.slot_bytes / 1024:.0f} KiB a token"
+    if budget is None:
+        return f"{per_token}; no memory bound (this machine does not say what it has available; set --kv-memory)"
+    full = service.rows_that_fit(context)
+    return (f"{per_token}; {budget / (1 << 30):.1f} GiB for the requests' caches (--kv-memory): {full} "
+            f"request{'s' if full != 1 else ''} of the full {context}-token context at once, more of shorter ones "
+            f"(4k tokens: {service.rows_that_fit(min(4096, context))})")
 
 
 def is_loopback(host: str) -> bool:
@@ -75,7 +93,8 @@ def build_service(args, console):
     settings = ServeSettings(model_id=args.model, api_key=args.api_key, max_pending=args.max_queue,
                              default_max_tokens=args.default_max_tokens, gamma=args.gamma, max_gamma=args.max_gamma,
                              max_body_bytes=args.max_body_bytes, max_batch=args.max_batch,
-                             share_learning=args.share_learning, api_docs=args.api_docs)
+                             share_learning=args.share_learning, api_docs=args.api_docs,
+                             kv_memory=None if args.kv_memory is None else int(args.kv_memory * (1 << 30)))
     service = Service(engine.target, engine.drafters, settings)
     with console.status("reading the cost model (measuring it on this machine the first time)"):
         service.prepare()
@@ -90,6 +109,7 @@ def run(args, console) -> int:
         console.print(f"[yellow]warning: listening on {args.host} without --api-key: anyone who can reach it may use it[/yellow]")
     service = build_service(args, console)
     names = ", ".join(service.by_name) or "none"
+    console.print(memory_line(service), highlight=False)
     console.print(f"serving {args.model} (drafters: {names}; up to {service.scheduler.max_batch} requests at once) "
                   f"on http://{args.host}:{args.port}/v1" + (" with an API key" if args.api_key else ""), highlight=False)
     server = GracefulServer(service, args.host, args.port, args.shutdown_timeout)

@@ -1,7 +1,9 @@
 """Continuous batching: one worker thread decodes every running request in one batch.
 
 Requests are admitted on the event loop (`submit`) while fewer than `max_pending` are running or
-waiting; past that `submit` raises `ServerBusy` (the server answers 429). The worker thread owns a
+waiting; past that `submit` raises `ServerBusy` (the server answers 429). A waiting request joins
+the batch when there is a row free and its row's KV cache fits beside the running rows' within
+`memory_budget` (serve/memory.py). The worker thread owns a
 `Batch` (`batch.py`): between rounds it lets waiting requests join, in arrival order, while the batch
 has fewer than `max_batch` rows, drops the rows of requests whose client went away, and runs one
 round over all rows (a joining request's prompt goes in by chunks, so it does not stall the others).
@@ -52,8 +54,9 @@ class Update:
 
 class Job:
     def __init__(self, engine: Engine, prompt_ids: list[int], config: GenerationConfig,
-                 loop: asyncio.AbstractEventLoop) -> None:
+                 loop: asyncio.AbstractEventLoop, cache_bytes: int = 0) -> None:
         self.engine = engine
+        self.cache_bytes = cache_bytes  # its row's KV cache, held while it runs
         self.prompt_ids = prompt_ids
         self.config = config
         self.updates: asyncio.Queue[Update] = asyncio.Queue()
@@ -86,13 +89,15 @@ class Job:
 
 
 class Scheduler:
-    def __init__(self, max_pending: int, on_change=None, max_batch: int = 1, on_round=None) -> None:
+    def __init__(self, max_pending: int, on_change=None, max_batch: int = 1, on_round=None,
+                 memory_budget: int | None = None) -> None:
         if max_pending < 1:
             raise SpecdecError(f"the queue bound must be >= 1, got {max_pending}")
         if max_batch < 1:
             raise SpecdecError(f"the batch bound must be >= 1, got {max_batch}")
         self.max_pending = max_pending
         self.max_batch = max_batch
+        self.memory_budget = memory_budget  # bytes the running rows' KV caches may hold together; None: no bound
         self._jobs: list[Job] = []  # admitted and not yet released, in arrival order (event loop only)
         self._line: deque[Job] = deque()  # admitted and not yet taken by the worker
         self._wake = threading.Condition()
@@ -119,10 +124,14 @@ class Scheduler:
             raise ServerBusy(f"the server is busy: {len(self._jobs)} requests are running or waiting, "
                              f"the bound is {self.max_pending}; retry later")
 
-    def submit(self, engine: Engine, prompt_ids: list[int], config: GenerationConfig) -> Job:
-        """Admit a job (event loop only); raises ServerBusy past the bound."""
+    def submit(self, engine: Engine, prompt_ids: list[int], config: GenerationConfig, cache_bytes: int = 0) -> Job:
+        """Admit a job (event loop only); raises ServerBusy past the bound. A job whose row's cache
+        (`cache_bytes`) does not fit beside the running rows' waits in line until it does; one larger
+        than the whole budget must be refused before (it would wait for ever)."""
         self.check_room()
-        job = Job(engine, prompt_ids, config, asyncio.get_running_loop())
+        if self.memory_budget is not None and cache_bytes > self.memory_budget:
+            raise ValueError(f"a job of {cache_bytes} cache bytes can never fit the budget of {self.memory_budget}")
+        job = Job(engine, prompt_ids, config, asyncio.get_running_loop(), cache_bytes)
         self._jobs.append(job)
         with self._wake:
             if self._worker is None:
@@ -178,7 +187,11 @@ class Scheduler:
                 if self._closing:
                     break
                 joining = []
-                while self._line and len(jobs) + len(joining) < self.max_batch:
+                held = sum(job.cache_bytes for job in jobs.values())
+                while self._line and self._line[0].cancelled:  # gave its place back already (`cancel`)
+                    self._line.popleft()
+                while self._line and len(jobs) + len(joining) < self.max_batch and self._fits(held, self._line[0]):
+                    held += self._line[0].cache_bytes
                     joining.append(self._line.popleft())
             for job in joining:
                 if not job.start():
@@ -226,6 +239,11 @@ class Scheduler:
                 self._on_round(0, [])
         for job in jobs.values():  # closing: whatever is left ends now
             self._finished(job)
+
+    def _fits(self, held: int, job: Job) -> bool:
+        """Whether the job's row fits beside rows holding `held` cache bytes (in arrival order: a job
+        that does not fit holds the line, so a long request is not passed over for ever)."""
+        return self.memory_budget is None or held + job.cache_bytes <= self.memory_budget
 
     def _job_changed(self, job: Job) -> None:
         job._loop.call_soon_threadsafe(self._changed)

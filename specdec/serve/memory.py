@@ -1,0 +1,65 @@
+"""The server's memory for KV caches: what a row needs, what the machine can give, how many rows fit.
+
+Every row holds a target cache of its own, of `cache_slots` slots (its prompt, its `max_tokens` and
+the largest token tree, rounded up to 256), allocated when it joins the batch and freed when it
+leaves. The scheduler admits a waiting request only while the rows' caches, its own included, stay
+within the budget (`--kv-memory`; by default 80% of the memory the machine has available at start,
+less the model's weights), and a request whose cache alone is larger than the budget is refused.
+Drafters' own caches (a separate draft model's, an EAGLE head's) are small beside the target's and
+are not counted.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from specdec.batch import CACHE_STEP
+
+DEFAULT_SHARE = 0.8  # of the memory available at start (weights excluded) that KV caches may take
+
+
+def cache_bytes_per_slot(net) -> int:
+    """Bytes of one slot (one token's keys and values at every layer) of the model's cache."""
+    cache = net.new_cache(CACHE_STEP)
+    tensors = [t for t in vars(cache).values() if isinstance(t, torch.Tensor)]
+    return sum(t.numel() * t.element_size() for t in tensors) // CACHE_STEP
+
+
+def weight_bytes(net) -> int:
+    """Bytes of the model's weights (each storage once: tied and packed tensors are not counted twice)."""
+    seen, total = set(), 0
+    tensors = [*net.parameters(), *net.buffers()]
+    for module in net.modules():  # packed weights kept as plain attributes
+        tensors += [t for t in vars(module).values() if isinstance(t, torch.Tensor)]
+    for tensor in tensors:
+        try:
+            storage = tensor.untyped_storage()
+            key, size = storage.data_ptr(), storage.nbytes()
+        except NotImplementedError:  # an opaque tensor (a oneDNN-packed weight): its own elements
+            key, size = id(tensor), tensor.numel() * tensor.element_size()
+        if key not in seen:
+            seen.add(key)
+            total += size
+    return total
+
+
+def available_bytes(meminfo: Path = Path("/proc/meminfo")) -> int | None:
+    """The memory the machine can give without swapping (Linux's MemAvailable), or None elsewhere."""
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def default_budget(net) -> int | None:
+    """DEFAULT_SHARE of what is available beyond the weights (whose pages a memory-mapped model counts
+    as available, though it needs them), or None where the machine does not say."""
+    available = available_bytes()
+    if available is None:
+        return None
+    return max(0, int(DEFAULT_SHARE * (available - weight_bytes(net))))
