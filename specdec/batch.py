@@ -9,8 +9,9 @@ the single request (`Engine.stream`) is a batch of one. A round has six steps:
     2. draft:   each row's drafter proposes up to γ tokens after the row's committed ones;
     3. verify:  ONE target pass over every row's segment (`LlamaModel.forward_segments`): a decoding
                 row's last committed token and drafts (a chain, or a token tree with its mask), or
-                the next chunk of a joining row's prompt (`PREFILL_CHUNK` tokens; PREFILL_CHUNK in
-                all while other rows decode, so a long prompt never stalls them for its whole length);
+                the next chunk of a joining row's prompt (`PREFILL_CHUNK` tokens; while other rows
+                decode, at most PREFILL_CHUNK in all, fewer where such rounds grow long, so a long
+                prompt never stalls them for its whole length);
     4. accept:  per row, `verify.py` keeps the longest acceptable prefix and picks one more token;
     5. commit:  the row's cache keeps what was accepted (a chain rollback only moves its length, a
                 tree compacts); tokens are committed one at a time, so an end-of-sequence token, a
@@ -50,6 +51,9 @@ from specdec.verify import speculative_sample, tree_sample, verify_greedy, verif
 PLAIN_ROUND = RoundPlan(None, 0, 1.0, "no drafter")
 PREFILL = RoundPlan(None, 0, 1.0, "the prefill: one pass over the prompt gives the first token")
 PREFILL_CHUNK = 64  # prompt tokens per row per pass (chunks do not change a bit: the kernels are invariant)
+MIN_PREFILL_CHUNK = 8  # the least prompt tokens a round beside decoding rows carries
+SHARED_ROUND_SECONDS = 0.3  # a round that carries a prompt chunk beside decoding rows aims to stay under this,
+# or under twice a round of the decoding rows alone where that is longer (a large model's rows)
 CACHE_STEP = 256  # a row's cache holds a multiple of this many slots
 
 
@@ -386,6 +390,11 @@ class Batch:
         self.target = target
         self.rows: list[Row] = []
         self.last_round: tuple[int, list[int]] = (0, [])  # rows in the latest pass; draft tokens each decoding row verified
+        # prompt tokens a round carries beside decoding rows: halved when such a round took longer than
+        # SHARED_ROUND_SECONDS (a chunk's attention grows with the prompt's length), doubled again when
+        # one took less than half of it, within MIN_PREFILL_CHUNK..PREFILL_CHUNK
+        self.shared_prefill = PREFILL_CHUNK
+        self.decoding_seconds = 0.0  # the latest pass of decoding rows alone
 
     def add(self, row: Row) -> None:
         if row.target is not self.target:
@@ -407,8 +416,8 @@ class Batch:
             _guarded(failed, row, row.plan_and_draft, len(rows))
         # 3. verify: one pass; prompts in chunks of PREFILL_CHUNK tokens (attention over a whole long
         # prompt at once costs more than over its chunks), all of them in one round while nobody
-        # decodes, PREFILL_CHUNK tokens in all while others do (their rounds stay short)
-        budget = PREFILL_CHUNK if decoding else None
+        # decodes, `shared_prefill` tokens in all while others do (their rounds stay short)
+        budget = self.shared_prefill if decoding else None
         works: list[tuple[Row, Work]] = []
         for row in rows:
             if row in failed:
@@ -421,6 +430,10 @@ class Batch:
         started = time.perf_counter()
         results = self._pass(works, failed)
         pass_seconds = time.perf_counter() - started
+        if decoding and any(work.prefill for _, work in works):
+            self._tune_shared_prefill(pass_seconds)
+        elif decoding:
+            self.decoding_seconds = pass_seconds
         # 4. accept, 5. commit, 6. record
         for (row, work), (row_logits, row_features) in zip(works, results):
             if row in failed:
@@ -444,6 +457,14 @@ class Batch:
             if row.done or row in failed:
                 self.rows.remove(row)
         return events
+
+    def _tune_shared_prefill(self, seconds: float) -> None:
+        """After a pass that carried a prompt chunk beside decoding rows, taking `seconds`."""
+        target = max(SHARED_ROUND_SECONDS, 2 * self.decoding_seconds)
+        if seconds > target:
+            self.shared_prefill = max(MIN_PREFILL_CHUNK, self.shared_prefill // 2)
+        elif seconds < target / 2:
+            self.shared_prefill = min(PREFILL_CHUNK, self.shared_prefill * 2)
 
     def _pass(self, works: list[tuple[Row, Work]], failed: dict[Row, Exception]) -> list[tuple]:
         """The round's target pass over every row's work → (logits [logit_rows, V], features or None)

@@ -120,3 +120,21 @@ def test_a_long_prompt_joins_in_chunks_while_others_decode(tiny_target):
     while batch.rows:
         batch.step()
     assert joining.tokens[len(long_prompt):] == alone
+
+
+def test_the_prompt_chunk_beside_decoding_rows_follows_the_rounds_cost(tiny_target):
+    """A round carrying a prompt chunk beside decoding rows that took longer than its target halves the
+    next chunk (down to MIN_PREFILL_CHUNK), one under half the target doubles it (up to PREFILL_CHUNK);
+    the target is SHARED_ROUND_SECONDS, or twice a round of the decoding rows alone where that is longer."""
+    batch = Batch(tiny_target)
+    slow, fast = 2 * batch_module.SHARED_ROUND_SECONDS, batch_module.SHARED_ROUND_SECONDS / 4
+    sizes = []
+    for seconds in [slow] * 5 + [fast] * 5:
+        batch._tune_shared_prefill(seconds)
+        sizes.append(batch.shared_prefill)
+    assert sizes == [32, 16, 8, 8, 8, 16, 32, 64, 64, 64]
+    batch.decoding_seconds = slow  # a large model's decoding rows: the target is twice their round
+    batch._tune_shared_prefill(1.5 * slow)
+    assert batch.shared_prefill == PREFILL_CHUNK
+    batch._tune_shared_prefill(3 * slow)
+    assert batch.shared_prefill == PREFILL_CHUNK // 2

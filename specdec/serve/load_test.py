@@ -78,10 +78,12 @@ async def _reference(client: httpx.AsyncClient, model: str, prompt: str, max_tok
 
 async def _stream_once(client, body: dict, leave_after: int | None = None) -> tuple[int, str, int | None, float | None, str]:
     """(status, text, completion tokens, seconds to first text, error text or a 429's Retry-After) of one
-    streamed request; with `leave_after`, the client goes away after that many events (status 0)."""
+    streamed request; with `leave_after`, the client goes away after that many events (status 0). The
+    tokens are the stream's `usage`; a server that sends none (llama-cpp-python's ignores
+    `stream_options`) is taken to send one token a chunk, and its chunks with text are counted."""
     start = time.perf_counter()
     texts, tokens, first = [], None, None
-    events = 0
+    events = text_chunks = 0
     async with client.stream("POST", "/v1/completions", json=body) as response:
         if response.status_code == 429:
             return 429, "", None, None, response.headers.get("retry-after", "1")
@@ -102,10 +104,11 @@ async def _stream_once(client, body: dict, leave_after: int | None = None) -> tu
             for choice in event["choices"]:
                 if choice["text"] and first is None:
                     first = time.perf_counter() - start
+                text_chunks += bool(choice["text"])
                 texts.append(choice["text"])
             if event.get("usage"):
                 tokens = event["usage"]["completion_tokens"]
-    return 200, "".join(texts), tokens, first, ""
+    return 200, "".join(texts), text_chunks if tokens is None else tokens, first, ""
 
 
 async def server_memory(client: httpx.AsyncClient) -> float | None:
