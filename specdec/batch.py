@@ -57,6 +57,11 @@ SHARED_ROUND_SECONDS = 0.3  # a round that carries a prompt chunk beside decodin
 CACHE_STEP = 256  # a row's cache holds a multiple of this many slots
 
 
+def row_max_len(prompt_len: int, max_new_tokens: int, max_context: int) -> int:
+    """A row's longest sequence: its prompt and the new tokens asked for, within the model's context."""
+    return min(prompt_len + max_new_tokens, max_context)
+
+
 def cache_slots(max_len: int, drafters: list[Drafter]) -> int:
     """The slots of a row's target cache: its longest sequence and the largest tree beyond it, in steps
     of CACHE_STEP (a server's rows then free and take blocks of a few sizes, which the allocator
@@ -155,7 +160,7 @@ class Row:
         self.engine, self.target, self.config, self.params = engine, target, config, config.sampling
         self.generator = self.params.generator(target.net.device)
         self.prompt_ids = list(prompt_ids)
-        self.max_len = min(len(prompt_ids) + config.max_new_tokens, target.max_context)
+        self.max_len = row_max_len(len(prompt_ids), config.max_new_tokens, target.max_context)
         self.token_budget = self.max_len - len(prompt_ids)
         self.stop_ids = set() if config.ignore_eos else set(target.eos_token_ids)
         self.drafters = drafters

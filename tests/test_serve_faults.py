@@ -242,7 +242,7 @@ def test_rows_join_only_while_their_caches_fit_the_budget(tiny_target):
     async def scenario():
         scheduler = scheduler_module.Scheduler(max_pending=8, max_batch=4, memory_budget=2 * need,
                                                on_round=lambda rows, gammas: rows_per_round.append(rows))
-        with pytest.raises(ValueError, match="can never fit"):
+        with pytest.raises(scheduler_module.CacheTooLarge, match="can never fit"):
             scheduler.submit(engine, PROMPTS[0], config, cache_bytes=2 * need + 1)
         jobs = [scheduler.submit(engine, PROMPTS[0], config, cache_bytes=need) for _ in range(3)]
         outputs = []

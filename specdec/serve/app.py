@@ -38,10 +38,10 @@ from specdec.sampling import SamplingParams
 from specdec.serve.bodies import ON_LOOP_BYTES, ApiError, error_body, parse
 from specdec.serve.memory import cache_bytes_per_slot, default_budget
 from specdec.serve.metrics import ServerMetrics
-from specdec.batch import cache_slots
+from specdec.batch import cache_slots, row_max_len
 from specdec.cost_model import BATCH_SIZES, best_batch
 from specdec.drafters.suffix import SuffixDrafter
-from specdec.serve.scheduler import Job, Scheduler, ServerBroken, ServerBusy, Update
+from specdec.serve.scheduler import CacheTooLarge, Job, Scheduler, ServerBroken, ServerBusy, Update
 from specdec.serve.schema import ChatCompletionRequest, CompletionRequest, Speculation
 from specdec.stats import GenerationStats
 
@@ -132,7 +132,7 @@ class Service:
 
     def cache_bytes(self, engine: Engine, prompt_ids: list[int], config: GenerationConfig) -> int:
         """The KV cache a request's row will hold (as `Row` allocates it)."""
-        max_len = min(len(prompt_ids) + config.max_new_tokens, self.target.max_context)
+        max_len = row_max_len(len(prompt_ids), config.max_new_tokens, self.target.max_context)
         return cache_slots(max_len, engine.drafters) * self.slot_bytes
 
     def rows_that_fit(self, tokens: int) -> int | None:
@@ -404,19 +404,18 @@ async def _respond(service: Service, body, tokenize: Callable[[], list[int]], re
         return prompt_ids, _config(service, body, prompt_ids, engine, gamma, max_gamma)
 
     prompt_ids, config = await asyncio.to_thread(prompt_and_config)
-    need, budget = service.cache_bytes(engine, prompt_ids, config), service.scheduler.memory_budget
-    if budget is not None and need > budget:
-        mib = 1 << 20
-        raise ApiError(400, f"this request's KV cache ({len(prompt_ids)} prompt tokens and up to {config.max_new_tokens} "
-                            f"new ones: {need / mib:.0f} MiB) is larger than all the server may hold ({budget / mib:.0f} "
-                            "MiB, --kv-memory); send a shorter prompt or a smaller max_tokens",
-                       code="kv_memory_exceeded", param="max_tokens")
     try:
-        job = service.scheduler.submit(engine, prompt_ids, config, cache_bytes=need)
+        job = service.scheduler.submit(engine, prompt_ids, config, cache_bytes=service.cache_bytes(engine, prompt_ids, config))
     except ServerBusy as exc:
         raise busy(service, str(exc)) from exc
     except ServerBroken as exc:
         raise unavailable(str(exc)) from None
+    except CacheTooLarge as exc:
+        mib = 1 << 20
+        raise ApiError(400, f"this request's KV cache ({len(prompt_ids)} prompt tokens and up to {config.max_new_tokens} "
+                            f"new ones: {exc.need / mib:.0f} MiB) is larger than all the server may hold "
+                            f"({exc.budget / mib:.0f} MiB, --kv-memory); send a shorter prompt or a smaller max_tokens",
+                       code="kv_memory_exceeded", param="max_tokens") from None
     run = _Run(service, job, time.perf_counter(), chat, service.settings.model_id)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)

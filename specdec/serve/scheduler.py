@@ -38,6 +38,14 @@ class ServerBusy(Exception):
     pass
 
 
+class CacheTooLarge(Exception):
+    """A job's row would need more KV cache than the whole budget: it could never join."""
+
+    def __init__(self, need: int, budget: int) -> None:
+        super().__init__(f"a row of {need} cache bytes can never fit the budget of {budget}")
+        self.need, self.budget = need, budget
+
+
 class ServerBroken(Exception):
     """The worker stopped on an error it could not contain: no request can be served any more."""
 
@@ -127,10 +135,10 @@ class Scheduler:
     def submit(self, engine: Engine, prompt_ids: list[int], config: GenerationConfig, cache_bytes: int = 0) -> Job:
         """Admit a job (event loop only); raises ServerBusy past the bound. A job whose row's cache
         (`cache_bytes`) does not fit beside the running rows' waits in line until it does; one larger
-        than the whole budget must be refused before (it would wait for ever)."""
+        than the whole budget raises CacheTooLarge (it would wait for ever)."""
         self.check_room()
         if self.memory_budget is not None and cache_bytes > self.memory_budget:
-            raise ValueError(f"a job of {cache_bytes} cache bytes can never fit the budget of {self.memory_budget}")
+            raise CacheTooLarge(cache_bytes, self.memory_budget)
         job = Job(engine, prompt_ids, config, asyncio.get_running_loop(), cache_bytes)
         self._jobs.append(job)
         with self._wake:
