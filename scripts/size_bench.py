@@ -34,6 +34,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-costs", action="store_true", help="skip the T(k) passes")
+    parser.add_argument("--kv-cache", default="auto", help="specdec's cache: auto (float16) | float32")
     args = parser.parse_args()
     prompt = [int(t) for t in np.random.default_rng(0).integers(100, 40000, size=args.prompt_tokens)]
     run = run_specdec if args.backend == "specdec" else run_llama_cpp
@@ -75,7 +76,7 @@ def run_specdec(args, prompt: list[int]) -> dict:
     from specdec.runtime import load_model
 
     start = time.perf_counter()
-    model = load_model(args.gguf)
+    model = load_model(args.gguf, kv_cache=args.kv_cache)
     load_s = time.perf_counter() - start
     net = model.net
     cache = net.new_cache(len(prompt) + args.new_tokens + 20)
@@ -90,7 +91,8 @@ def run_specdec(args, prompt: list[int]) -> dict:
         cache.truncate(len(prompt))
         net.forward(torch.tensor([ids]), cache)
 
-    return {"load_s": round(load_s, 2), "weights": model.weights.summary(), **timed_loop(prefill, step, k_pass, prompt, args)}
+    return {"load_s": round(load_s, 2), "weights": model.weights.summary(), "kv_cache": str(net.cache_dtype()),
+            **timed_loop(prefill, step, k_pass, prompt, args)}
 
 
 def run_llama_cpp(args, prompt: list[int]) -> dict:

@@ -217,7 +217,8 @@ def model_description(model) -> dict:
     net = model.net
     return {"model": model.name, "config_sha256": digest.hexdigest()[:16], "dtype": str(net.dtype),
             "runtime": type(net).__name__, "weights": model.weights.summary() if model.weights else "as stored",
-            "kernels": kernels_build_id() if net.device.type == "cpu" else "none"}
+            "kernels": kernels_build_id() if net.device.type == "cpu" else "none",
+            "kv_cache": str(net.cache_dtype()) if hasattr(net, "cache_dtype") else str(net.dtype)}
 
 
 def cost_key(model) -> tuple[str, dict]:
@@ -250,8 +251,9 @@ def measure_row_costs(net, context: int, sizes: list[int], repeats: int) -> tupl
 
     ids = torch.randint(0, net.vocab_size, (context + max(sizes),), generator=torch.Generator().manual_seed(0)).to(net.device)
     caches = [net.new_cache(context + max(sizes)) for _ in range(max(sizes))]
-    for cache in caches:
-        net.forward(ids[None, :context], cache)
+    net.forward(ids[None, :context], caches[0])
+    for cache in caches[1:]:
+        cache.copy_from(caches[0])  # the same context, without prefilling it again
     rows_times: dict[int, list[float]] = {size: [] for size in sizes}  # B rows of one token each
     row_times: dict[int, list[float]] = {size: [] for size in sizes}  # one row of B tokens
     for _ in range(repeats + 1):  # sizes interleaved, so that machine drift hits all alike
@@ -305,6 +307,44 @@ def measure_draft_cost(model, drafter, context: int, max_gamma: int, repeats: in
     return DraftCost(per_call=max(0.0, one - per_token), per_token=per_token)
 
 
+PROBE_CONTEXT = 32  # cached tokens before the probe's passes (a short prefill: the probe only sizes the work)
+
+
+def estimate_measuring(net, context: int, pass_sizes: list[int], batch_sizes: list[int], drafters: int,
+                       repeats: int) -> float:
+    """Seconds the measurements of `load_or_measure` will take, from a probe timed now: a prefill of
+    PROBE_CONTEXT tokens, then passes over 1 token (twice: the first warms up) and over the most
+    tokens asked for; T(k) is taken as linear between and beyond them. Each measurement prefills
+    `context` tokens and runs `repeats` + 1 sweeps (passes over every size; for rows, B rows of one
+    token beside one row of B tokens, both priced at T(B)); each drafter to measure adds a prefill
+    and its proposals (not priced: a drafter costs less than the target)."""
+    largest, probe = max([*pass_sizes, *batch_sizes, 1]), min(PROBE_CONTEXT, context)
+    ids = torch.randint(0, net.vocab_size, (1, probe + largest), generator=torch.Generator().manual_seed(2))
+    cache = net.new_cache(probe + largest)
+    start = time.perf_counter()
+    net.forward(ids[:, :probe].to(net.device), cache)
+    prefill_per_token = (time.perf_counter() - start) / probe
+    timed = {}
+    for size in (1, 1, largest):
+        block = ids[:, probe:probe + size].to(net.device)
+        start = time.perf_counter()
+        net.forward(block, cache)[0, -1, 0].item()
+        timed[size] = time.perf_counter() - start
+        cache.truncate(probe)
+    slope = (timed[largest] - timed[1]) / (largest - 1) if largest > 1 else 0.0
+
+    def pass_seconds(k: int) -> float:
+        return timed[1] + max(0.0, slope) * (k - 1)
+
+    prefills = (1 if pass_sizes else 0) + (1 if batch_sizes else 0) + drafters
+    sweeps = (repeats + 1) * (sum(map(pass_seconds, pass_sizes)) + sum(2 * pass_seconds(b) for b in batch_sizes))
+    return prefills * context * prefill_per_token + sweeps
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
 def covers(costs: CostModel, largest: int) -> bool:
     """Whether T(k) was measured for every k up to `largest`."""
     return all(k in costs.pass_seconds for k in range(1, largest + 1))
@@ -347,8 +387,17 @@ def load_or_measure(model, drafters: list, max_gamma: int, *, remeasure: bool = 
             costs = None  # unreadable or from another version: measure again and overwrite
     changed = False
     context = min(COST_CONTEXT, model.max_context - largest - 1)
+    batch_sizes = [b for b in BATCH_SIZES if b <= max_batch]
+    pass_sizes = [k for k in range(1, largest + 1) if costs is None or k not in costs.pass_seconds]
+    row_sizes = batch_sizes if costs is None or any(b not in costs.row_seconds for b in batch_sizes) else []
+    new_drafters = [d.name for d in drafters if costs is None or d.name not in costs.draft_costs]
+    if pass_sizes or row_sizes or new_drafters:
+        seconds = estimate_measuring(model.net, context, pass_sizes, row_sizes, len(new_drafters), repeats)
+        announce(f"measuring this machine's costs once: about {_duration(seconds)}"
+                 + (f" and the drafting of {', '.join(new_drafters)}" if new_drafters else "")
+                 + f" (cached in {path}; later starts read it)")
     if costs is None:
-        announce(f"measuring this machine's costs of target passes over 1..{largest} tokens (once; cached in {path})")
+        announce(f"measuring this machine's costs of target passes over 1..{largest} tokens")
         measured_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         costs = CostModel(measure_pass_costs(model.net, context, list(range(1, largest + 1)), repeats), key=key,
                           description={**description, "context": context, "measured_at": measured_at})
@@ -356,19 +405,18 @@ def load_or_measure(model, drafters: list, max_gamma: int, *, remeasure: bool = 
     elif not covers(costs, largest):
         missing = [k for k in range(1, largest + 1) if k not in costs.pass_seconds]
         announce(f"measuring this machine's costs of target passes over {missing[0]}..{missing[-1]} tokens "
-                 f"(once; added to {path})")
+                 f"(added to {path})")
         costs.pass_seconds.update(measure_pass_costs(model.net, context, missing, repeats))
         changed = True
-    batch_sizes = [b for b in BATCH_SIZES if b <= max_batch]
     if any(b not in costs.row_seconds for b in batch_sizes):
-        announce(f"measuring this machine's costs of passes over {', '.join(map(str, batch_sizes))} rows (once)")
+        announce(f"measuring this machine's costs of passes over {', '.join(map(str, batch_sizes))} rows")
         overheads, one_row = measure_row_costs(model.net, context, batch_sizes, repeats)
         costs.row_seconds.update(overheads)
         costs.pass_seconds.update({n: t for n, t in one_row.items() if n not in costs.pass_seconds})
         changed = True
     for drafter in drafters:
         if drafter.name not in costs.draft_costs:
-            announce(f"measuring this machine's costs of drafting with {drafter.name} (once)")
+            announce(f"measuring this machine's costs of drafting with {drafter.name}")
             costs.draft_costs[drafter.name] = measure_draft_cost(model, drafter, context, max_gamma, repeats)
             changed = True
     if cache and changed:

@@ -31,8 +31,16 @@ def add_target_args(p: argparse.ArgumentParser) -> None:
                    help="auto | float32 | bfloat16 | int8 | int4: the linear layers' form (default: auto, a GGUF's "
                         "blocks as stored, every common type (Q4_0 … Q8_0, K-quants) on the CPU; a float checkpoint "
                         "stays float; the others quantize or dequantize at load)")
+    add_kv_cache_arg(p)
     add_no_compile_arg(p)
     p.add_argument("--max-gamma", type=int, default=8, help="the largest γ the adaptive policy tries (default: 8)")
+
+
+def add_kv_cache_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--kv-cache", default="auto",
+                   help="auto | float16 | float32: what the KV cache holds (default: auto, float16 where specdec's CPU kernels run the "
+                        "attention: half the memory and bytes read per token, every row the same bits alone or batched; "
+                        "float32 asks for the wider cache)")
 
 
 def add_no_compile_arg(p: argparse.ArgumentParser) -> None:
@@ -75,7 +83,8 @@ def load_engine(args, console):
     from specdec.runtime import load_model
 
     with console.status(f"loading {args.model}"):
-        target = load_model(args.model, device=args.device, dtype=args.dtype, runtime=args.runtime, weights=args.weights)
+        target = load_model(args.model, device=args.device, dtype=args.dtype, runtime=args.runtime, weights=args.weights,
+                            kv_cache=args.kv_cache)
     with console.status(f"loading the drafter {args.drafter}"):
         drafters = build_drafters(args.drafter, target, device=args.device, dtype=args.dtype, runtime=args.runtime)
     return Engine(target, drafters)

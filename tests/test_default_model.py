@@ -3,8 +3,9 @@
 - Our GGUF conversion (dequantization, Q/K un-permutation) against transformers' own GGUF loader,
   and the lean runtime against transformers on the converted folder: float32 logits within 5e-4
   absolute (logits range about ±40 here; the difference is float round-off in a 30-layer stack).
-  Those comparisons load the float32 weights (`weights="float32"`); the default int4 form is
-  checked against them in test_quantized.py.
+  Those comparisons load the float32 weights and cache (`weights="float32"`, `kv_cache="float32"`);
+  the default int4 form is checked against them in test_quantized.py, the default float16 cache in
+  test_kv_cache_dtype.py.
 - Greedy speculative output (the default int4 weights) is token-identical to plain greedy output on five real prompts, for
   prompt lookup, for a separate draft model (the target's first 8 layers, saved as a folder) and
   for early-exit self-speculation at layer 8, which must draft exactly what that folder drafts.
@@ -44,7 +45,7 @@ def smollm():
 
 @pytest.fixture(scope="module")
 def smollm_float32():
-    return load_model("smollm2-135m", weights="float32")
+    return load_model("smollm2-135m", weights="float32", kv_cache="float32")
 
 
 @pytest.fixture(scope="module")

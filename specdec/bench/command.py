@@ -96,8 +96,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the name of an endpoint's row in the report (once per --endpoint; default: its URL)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--weights", default="auto", help="auto | float32 | bfloat16 | int8 | int4 (default: auto, see specdec generate --help)")
-    from specdec.options import add_no_compile_arg
+    from specdec.options import add_kv_cache_arg, add_no_compile_arg
 
+    add_kv_cache_arg(p)
     add_no_compile_arg(p)
     p.add_argument("--out-dir", type=Path, default=DEFAULT_OUT, help=f"where the report goes (default: {DEFAULT_OUT})")
     p.add_argument("--force", action="store_true", help="overwrite a report already in --out-dir")
@@ -216,7 +217,7 @@ def run(args, console) -> int:
     target = None
     if args.local:
         with console.status(f"loading {args.model}"):
-            target = load_model(args.model, device=args.device, weights=args.weights)
+            target = load_model(args.model, device=args.device, weights=args.weights, kv_cache=args.kv_cache)
         methods_at = build_methods(args, target, console)
     else:
         methods_at = {t: [] for t in args.temperature}

@@ -7,6 +7,7 @@ Weights load from safetensors only, and remote code is never run.
 
 from __future__ import annotations
 
+import copy
 import inspect
 from pathlib import Path
 
@@ -28,6 +29,11 @@ class TransformersCache(CacheLength):
         if length < self.length:
             self.inner.crop(length - self.length)  # a negative count removes that many (all versions)
         self.length = length
+
+    def copy_from(self, other: "TransformersCache") -> None:
+        """Hold what `other` holds."""
+        self.inner = copy.deepcopy(other.inner)
+        self.length = other.length
 
     def compact(self, keep: torch.Tensor) -> None:
         raise ConfigError("token trees need the lean runtime (--runtime lean); transformers models run chains only")

@@ -4,7 +4,8 @@ Slots `[0, length)` hold the keys and values of the tokens the model has seen, i
 pass writes its new tokens at slots `[length, length + T)` and then advances `length`. Rolling back
 a chain only moves `length` (stale slots are never read: attention looks at `[0, length)` only, and
 the next pass overwrites them). `compact(keep)` keeps an arbitrary, ascending set of slots and moves
-them to the front: after a token tree is verified, it keeps the accepted path.
+them to the front: after a token tree is verified, it keeps the accepted path. It holds the model's
+dtype, or float16 where specdec's kernels run the attention (they widen it exactly as they read).
 
 Only the engine (or a drafter, for its own private model) moves a cache.
 """
@@ -53,7 +54,8 @@ class StaticKVCache(CacheLength):
         self.values = torch.zeros(shape, device=device, dtype=dtype)  # [L, 1, Hkv, S_max, D]
 
     def write(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store the new tokens' keys/values for one layer and return all live ones.
+        """Store the new tokens' keys/values for one layer (rounded to the cache's dtype) and return
+        all live ones, in the cache's dtype.
 
         keys, values: [1, Hkv, T, D]  (the T tokens of the current pass)
         returns: ([1, Hkv, length + T, D], [1, Hkv, length + T, D])
@@ -71,6 +73,15 @@ class StaticKVCache(CacheLength):
         """Roll back to the first `length` tokens (a chain rejection): O(1), nothing is copied."""
         self.check_truncate(length)
         self.length = length
+
+    def copy_from(self, other: "StaticKVCache") -> None:
+        """Hold what `other` holds (its first `other.length` slots, with this cache's room)."""
+        same_shape = other.keys.shape[:3] + other.keys.shape[4:] == self.keys.shape[:3] + self.keys.shape[4:]
+        if not same_shape or other.keys.dtype != self.keys.dtype or other.length > self.max_len:
+            raise ValueError("copy_from needs a cache of the same layers, heads, head size and dtype that fits here")
+        self.keys[:, :, :, : other.length] = other.keys[:, :, :, : other.length]
+        self.values[:, :, :, : other.length] = other.values[:, :, :, : other.length]
+        self.length = other.length
 
     def compact(self, keep: torch.Tensor) -> None:
         """Keep only the slots in `keep` (ascending, [N]) and move them to the front, in order."""

@@ -18,6 +18,9 @@ Design:
   whatever else is in the pass: a row of a k-token chain or tree, a one-token step, a prompt in one
   pass or in chunks, and any sequence beside others in a batch. Without the kernels (no compiler,
   another device or dtype) PyTorch's SDPA and linears run the same steps, equal up to rounding.
+- The cache holds float16 where the kernels run the attention (`kv_cache="auto"`, the default; they
+  widen it exactly, so a row still gets the same bits alone and beside others): half the bytes to
+  hold and to read per pass. `kv_cache="float32"` keeps float32; elsewhere it is the model's dtype.
 - RoPE's cos and sin come from a table that grows by doubling and never recomputes a position.
 """
 
@@ -30,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from specdec.errors import ModelLoadError
+from specdec.errors import ConfigError, ModelLoadError
 from specdec.runtime.config import ModelConfig
 from specdec.runtime.kernels import invariant_kernels
 from specdec.runtime.kv_cache import StaticKVCache
@@ -39,6 +42,7 @@ from specdec.runtime.quant import QuantizedLinear
 NO_TREE_MASK = torch.empty(0, dtype=torch.bool)
 LAYER_WEIGHTS = 10  # tensors per layer in `decoder_layers`' weight list (kWeightsPerLayer in layer.cpp)
 QKV_SLOTS, GATE_UP_SLOTS = 3, 2  # slots of a fused linear's parts there (kQkvSlots, kGateUpSlots)
+KV_CACHE_CHOICES = ("auto", "float16", "float32")  # what the cache holds (see `LlamaModel.cache_dtype`)
 
 
 class RMSNorm(nn.Module):
@@ -236,6 +240,7 @@ class LlamaModel(nn.Module):
         self.register_buffer("inv_freq", rope_inverse_frequencies(config), persistent=False)
         self.rope_table: torch.Tensor | None = None  # [P, 2, D]: cos and sin of positions [0, P)
         self._fused_weights: list[torch.Tensor] | None = None  # built on first use (after the weights are set)
+        self.kv_cache = "auto"  # one of KV_CACHE_CHOICES; set through `set_kv_cache`
 
     @classmethod
     def on_meta(cls, config: ModelConfig) -> "LlamaModel":
@@ -284,9 +289,27 @@ class LlamaModel(nn.Module):
         eye = torch.eye(self.config.hidden_size, device=self.device, dtype=self.dtype)
         return self.lm_head(eye).T.contiguous()  # [V, hidden]
 
+    def set_kv_cache(self, choice: str) -> None:
+        """What new caches hold: auto (float16 where the kernels run, else the model's dtype), float16 or
+        float32 (both only where the kernels run: the CPU in float32)."""
+        if choice not in KV_CACHE_CHOICES:
+            raise ConfigError(f"--kv-cache must be one of {', '.join(KV_CACHE_CHOICES)}, got {choice!r}")
+        if choice != "auto" and self._invariant_kernels() is None:
+            raise ConfigError(f"--kv-cache {choice} needs specdec's CPU kernels (the lean runtime on the CPU in float32, "
+                              "kernels built); drop it to keep the model's dtype")
+        self.kv_cache = choice
+
+    def cache_dtype(self) -> torch.dtype:
+        """What a new cache holds: float16 where the kernels run the attention, unless float32 was asked for;
+        elsewhere the model's dtype (PyTorch's SDPA takes one dtype)."""
+        if self._invariant_kernels() is None:
+            return self.dtype
+        return torch.float32 if self.kv_cache == "float32" else torch.float16
+
     def new_cache(self, max_len: int) -> StaticKVCache:
         c = self.config
-        return StaticKVCache(c.num_layers, c.num_kv_heads, c.head_dim, max_len, device=self.device, dtype=self.dtype)
+        return StaticKVCache(c.num_layers, c.num_kv_heads, c.head_dim, max_len, device=self.device,
+                             dtype=self.cache_dtype())
 
     def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """positions [N] -> cos, sin [N, D] in the model's dtype, read from the table."""

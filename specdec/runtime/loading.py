@@ -122,18 +122,20 @@ def check_device(device: str) -> str:
 
 def load_model(
     spec: str = DEFAULT_MODEL, *, device: str = "cpu", dtype: str = "float32", runtime: str = "lean",
-    weights: str = "auto",
+    weights: str = "auto", kv_cache: str = "auto",
 ) -> LanguageModel:
     """Load a model. `weights` (lean runtime): auto | float32 | bfloat16 | int8 | int4, see
-    weight_formats.py; `auto` runs a GGUF's blocks as they are stored (gguf_model.py)."""
+    weight_formats.py; `auto` runs a GGUF's blocks as they are stored (gguf_model.py). `kv_cache`
+    (lean runtime): auto | float16 | float32, see `LlamaModel.set_kv_cache`."""
     torch_dtype = parse_dtype(dtype)
     device = check_device(device)
     if runtime not in RUNTIMES:
         raise ConfigError(f"unknown runtime '{runtime}'; choose one of {', '.join(RUNTIMES)}")
     if weights != "auto":
         check_weights(weights, torch.device(device), torch_dtype)
-    if runtime == "transformers" and weights != "auto":
-        raise ConfigError("--weights applies to the lean runtime only; drop it with --runtime transformers")
+    if runtime == "transformers" and (weights != "auto" or kv_cache != "auto"):
+        flag = "--weights" if weights != "auto" else "--kv-cache"
+        raise ConfigError(f"{flag} applies to the lean runtime only; drop it with --runtime transformers")
     folder, gguf_path = resolve_model_source(spec)
     hf_config = _read_json(folder / "config.json")
     report = None
@@ -146,6 +148,7 @@ def load_model(
             if gguf_path is not None:
                 folder = converted_folder(gguf_path)
             net = load_lean(folder, hf_config, device, torch_dtype, weights=weights, from_gguf=gguf_path is not None)
+        net.set_kv_cache(kv_cache)
         report = net.weight_report
         eos = list(net.config.eos_token_ids)
     else:

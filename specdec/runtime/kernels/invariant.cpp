@@ -16,6 +16,9 @@
 #include <memory>
 #include <utility>
 #include <vector>
+#if defined(__AVX512F__) || defined(__F16C__)
+#include <immintrin.h>
+#endif
 #include "parallel.h"
 
 namespace {
@@ -41,6 +44,30 @@ inline Vec load(const float* p, int64_t n) {
 inline void store(float* p, Vec v, int64_t n) {
   if (n == kLanes) return store(p, v);
   for (int64_t l = 0; l < n; ++l) p[l] = v[l];
+}
+
+// A float16 cache's 16 values widened to float32: exact, so every instruction set gives the same bits.
+using Half = at::Half;
+inline Vec load(const Half* p) {
+  Vec v;
+#if defined(__AVX512F__)
+  const __m512 wide = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  std::memcpy(&v, &wide, sizeof v);
+#elif defined(__F16C__)
+  const __m256 low = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m256 high = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)));
+  std::memcpy(&v, &low, sizeof low);
+  std::memcpy(reinterpret_cast<char*>(&v) + sizeof low, &high, sizeof high);
+#else
+  for (int l = 0; l < kLanes; ++l) v[l] = static_cast<float>(p[l]);
+#endif
+  return v;
+}
+inline Vec load(const Half* p, int64_t n) {
+  if (n == kLanes) return load(p);
+  Vec v = {};
+  for (int64_t l = 0; l < n; ++l) v[l] = static_cast<float>(p[l]);
+  return v;
 }
 
 // The sum of a vector's lanes, folded pairwise in a fixed order (8, 4, 2, 1).
@@ -119,8 +146,8 @@ constexpr int kRowGroup = 4;  // attention rows processed together
 
 // out[i] += sum over slots s < past, in order, of weights[i][s] * values[s] (a multiply and an add
 // per element) for kRowGroup rows whose D = 16 * DV values stay in registers throughout.
-template <int DV>
-void weigh_values(float* const* out, const float* const* weights, const float* values, int64_t past) {
+template <int DV, typename T>
+void weigh_values(float* const* out, const float* const* weights, const T* values, int64_t past) {
   Vec acc[kRowGroup][DV];
   for (int i = 0; i < kRowGroup; ++i)
     for (int v = 0; v < DV; ++v) acc[i][v] = load(out[i] + v * kLanes);
@@ -197,7 +224,8 @@ torch::Tensor silu_mul(torch::Tensor gate_up) {
 //   pairwise), and out = sum of e * value (a multiply and an add per element, slots in order),
 //   times 1/sum.
 // So a row depends only on the keys and values it sees, not on their slot numbers or neighbours.
-// A work item is (sequence, KV head, a chunk of at most 4 new tokens): its rows, G = H / Hkv query
+// The cache holds float32 or float16 (widened exactly as it is read, so a row's arithmetic is the
+// same either way, on the values the cache holds). A work item is (sequence, KV head, a chunk of at most 4 new tokens): its rows, G = H / Hkv query
 // heads times the chunk's tokens, are scored and weighted together, so each key and value is read
 // once per chunk. `attention` (one cache, B sequences alike) and `attention_segments` (one cache per
 // sequence, as `decoder_layers` runs them) both run `attend` below, so there is one copy of it.
@@ -209,8 +237,8 @@ struct AttentionSegment {
   const float* q;
   float* out;
   int64_t token_stride, head_stride;
-  const float* keys;    // [Hkv, S, D]: the layer's cache, the new tokens already at slots [past, past + T)
-  const float* values;  // [Hkv, S, D]
+  const void* keys;    // [Hkv, S, D] float or Half: the layer's cache, the new tokens already at slots [past, past + T)
+  const void* values;  // [Hkv, S, D], as keys
   int64_t max_len;      // S
   int64_t past, seq;    // the cached slots [0, past) every new token sees; T
   const bool* mask;     // [T, T] (new token t sees new token j), or nullptr for causal
@@ -219,7 +247,8 @@ struct AttentionSegment {
 };
 
 // Keys [width <= 16, D] (consecutive cache slots) -> kt [D, 16]: one key per lane, zeros past width.
-void transpose_key_block(const float* src, int64_t width, int64_t dim, float* kt) {
+template <typename T>
+void transpose_key_block(const T* src, int64_t width, int64_t dim, float* kt) {
   if (dim % kLanes == 0) {
     for (int64_t d0 = 0; d0 < dim; d0 += kLanes) {
       Vec tile[kLanes];
@@ -230,7 +259,7 @@ void transpose_key_block(const float* src, int64_t width, int64_t dim, float* kt
   } else {
     if (width < kLanes) std::fill(kt, kt + dim * kLanes, 0.f);
     for (int64_t l = 0; l < width; ++l)
-      for (int64_t d = 0; d < dim; ++d) kt[d * kLanes + l] = src[l * dim + d];
+      for (int64_t d = 0; d < dim; ++d) kt[d * kLanes + l] = static_cast<float>(src[l * dim + d]);
   }
 }
 
@@ -246,13 +275,15 @@ struct AttentionScratch {
 };
 
 // One work item: chunk c of segment seg's new tokens against KV head kvh; writes its rows' outputs.
+// T: the cache's element type (float or Half).
+template <typename T>
 void attend(const AttentionSegment& seg, int64_t kvh, int64_t c, int64_t group, int64_t dim,
             AttentionScratch& scratch) {
   const int64_t seq = seg.seq, past = seg.past, slots = past + seq;
   const int64_t padded = (slots + kLanes - 1) / kLanes * kLanes, key_blocks = padded / kLanes;
   const float scale = 1.f / std::sqrt(static_cast<float>(dim));
   const int64_t t0 = c * seg.chunk, tokens = std::min(seg.chunk, seq - t0), rows = group * tokens;
-  const float* vbase = seg.values + kvh * seg.max_len * dim;  // [S, D]
+  const T* vbase = static_cast<const T*>(seg.values) + kvh * seg.max_len * dim;  // [S, D]
   const bool causal = seg.mask == nullptr;
   auto offset = [&](int64_t r) {  // row r = (g, t): query head kvh * G + g, token t0 + t
     return (t0 + r % tokens) * seg.token_stride + (kvh * group + r / tokens) * seg.head_stride;
@@ -263,7 +294,7 @@ void attend(const AttentionSegment& seg, int64_t kvh, int64_t c, int64_t group, 
     kvh_keys_t = seg.keys_t + kvh * key_blocks * dim * kLanes;
   } else {
     scratch.keys_t.resize(key_blocks * dim * kLanes);
-    const float* src = seg.keys + kvh * seg.max_len * dim;
+    const T* src = static_cast<const T*>(seg.keys) + kvh * seg.max_len * dim;
     for (int64_t block = 0; block < key_blocks; ++block) {
       const int64_t s0 = block * kLanes;
       transpose_key_block(src + s0 * dim, std::min<int64_t>(kLanes, slots - s0), dim,
@@ -325,7 +356,7 @@ void attend(const AttentionSegment& seg, int64_t kvh, int64_t c, int64_t group, 
     scratch.totals[r] = fold(sum);
     std::memset(seg.out + offset(r), 0, dim * sizeof(float));
   }
-  auto accumulate = [&](float* orow, float p, const float* vrow) {  // orow += p * vrow
+  auto accumulate = [&](float* orow, float p, const T* vrow) {  // orow += p * vrow
     for (int64_t d = 0; d < dim; d += kLanes) {
       const int64_t width = std::min<int64_t>(kLanes, dim - d);
       store(orow + d, load(orow + d, width) + p * load(vrow + d, width), width);
@@ -361,8 +392,9 @@ void attend(const AttentionSegment& seg, int64_t kvh, int64_t c, int64_t group, 
 // All the work items of a call. A segment of at most 4 new tokens is one item per KV head, which
 // transposes its own keys into its worker's scratch (they stay in cache for the scores); the keys
 // of longer segments, shared by several items, are transposed first, in one parallel pass, into
-// `transposed`. Then one parallel pass over every (segment, KV head, chunk) item.
-void attend_all(std::vector<AttentionSegment>& segments, int64_t heads, int64_t kv_heads, int64_t dim,
+// `transposed`. Then one parallel pass over every (segment, KV head, chunk) item. `half`: every
+// segment's cache holds Half (else float).
+void attend_all(std::vector<AttentionSegment>& segments, int64_t heads, int64_t kv_heads, int64_t dim, bool half,
                 std::vector<float>& transposed) {
   const int64_t group = heads / kv_heads, count = static_cast<int64_t>(segments.size());
   // the segments' first items, and first key blocks to transpose beforehand, in flat numbering
@@ -390,9 +422,10 @@ void attend_all(std::vector<AttentionSegment>& segments, int64_t heads, int64_t 
         const AttentionSegment& seg = segments[b];
         const int64_t slots = seg.past + seg.seq, key_blocks = (slots + kLanes - 1) / kLanes;
         const int64_t local = item - first_block[b], block = local % key_blocks, kvh = local / key_blocks;
-        const int64_t s0 = block * kLanes;
-        transpose_key_block(seg.keys + (kvh * seg.max_len + s0) * dim, std::min<int64_t>(kLanes, slots - s0), dim,
-                            seg.keys_t + local * dim * kLanes);
+        const int64_t s0 = block * kLanes, offset = (kvh * seg.max_len + s0) * dim, width = std::min<int64_t>(kLanes, slots - s0);
+        float* kt = seg.keys_t + local * dim * kLanes;
+        if (half) transpose_key_block(static_cast<const Half*>(seg.keys) + offset, width, dim, kt);
+        else transpose_key_block(static_cast<const float*>(seg.keys) + offset, width, dim, kt);
       }
     });
   }
@@ -406,7 +439,8 @@ void attend_all(std::vector<AttentionSegment>& segments, int64_t heads, int64_t 
       const int64_t b = segment_of(first_item, item);
       const AttentionSegment& seg = segments[b];
       const int64_t local = item - first_item[b];
-      attend(seg, local / seg.chunks, local % seg.chunks, group, dim, scratch);
+      if (half) attend<Half>(seg, local / seg.chunks, local % seg.chunks, group, dim, scratch);
+      else attend<float>(seg, local / seg.chunks, local % seg.chunks, group, dim, scratch);
     }
   });
 }
@@ -417,6 +451,17 @@ torch::Tensor bool_mask(const torch::Tensor& tree_mask) {
   return tree_mask.to(torch::kBool).contiguous();
 }
 
+// Whether a cache (keys and values alike) holds float16; float32 otherwise, anything else refused.
+bool half_cache(const torch::Tensor& keys, const torch::Tensor& values, const char* who) {
+  TORCH_CHECK(keys.dtype() == values.dtype() && (keys.dtype() == torch::kFloat32 || keys.dtype() == torch::kFloat16),
+              who, " wants a float32 or float16 cache (keys and values alike)");
+  return keys.dtype() == torch::kFloat16;
+}
+
+const void* cache_data(const torch::Tensor& cache, int64_t offset) {  // element `offset` of a float or Half cache
+  return static_cast<const char*>(cache.data_ptr()) + offset * static_cast<int64_t>(cache.element_size());
+}
+
 }  // namespace
 
 // B sequences with one shared cache layout. q: [B, H, T, D]; keys, values: [B, Hkv, S_max, D]
@@ -425,7 +470,8 @@ torch::Tensor bool_mask(const torch::Tensor& tree_mask) {
 // slots [0, past). Returns [B, H, T, D].
 torch::Tensor attention(torch::Tensor q, torch::Tensor keys, torch::Tensor values, int64_t past,
                         torch::Tensor tree_mask) {
-  TORCH_CHECK(q.dtype() == torch::kFloat32 && keys.dtype() == torch::kFloat32, "attention wants float32");
+  TORCH_CHECK(q.dtype() == torch::kFloat32, "attention wants float32 queries");
+  const bool half = half_cache(keys, values, "attention");
   TORCH_CHECK(keys.is_contiguous() && values.is_contiguous(), "attention wants a contiguous cache");
   q = q.contiguous();
   const int64_t batch = q.size(0), heads = q.size(1), seq = q.size(2), dim = q.size(3);
@@ -439,8 +485,8 @@ torch::Tensor attention(torch::Tensor q, torch::Tensor keys, torch::Tensor value
     seg.out = out.data_ptr<float>() + b * heads * seq * dim;
     seg.token_stride = dim;
     seg.head_stride = seq * dim;
-    seg.keys = keys.data_ptr<float>() + b * kv_heads * max_len * dim;
-    seg.values = values.data_ptr<float>() + b * kv_heads * max_len * dim;
+    seg.keys = cache_data(keys, b * kv_heads * max_len * dim);
+    seg.values = cache_data(values, b * kv_heads * max_len * dim);
     seg.max_len = max_len;
     seg.past = past;
     seg.seq = seq;
@@ -448,7 +494,7 @@ torch::Tensor attention(torch::Tensor q, torch::Tensor keys, torch::Tensor value
     seg.keys_t = nullptr;
   }
   std::vector<float> transposed;
-  attend_all(segments, heads, kv_heads, dim, transposed);
+  attend_all(segments, heads, kv_heads, dim, half, transposed);
   return out;
 }
 
@@ -472,13 +518,14 @@ torch::Tensor attention_segments(torch::Tensor q, const std::vector<torch::Tenso
   std::vector<AttentionSegment> segments(count);
   int64_t start = 0;
   int64_t kv_heads = 0;
+  const bool half = count > 0 && half_cache(keys[0], values[0], "attention_segments");
   for (size_t b = 0; b < count; ++b) {  // segment b: rows [start, start + T_b) of q and out
     const torch::Tensor& k = keys[b];
     const torch::Tensor& v = values[b];
     TORCH_CHECK(k.dim() == 5 && k.size(1) == 1 && k.size(4) == dim && k.sizes() == v.sizes() &&
-                k.dtype() == torch::kFloat32 && v.dtype() == torch::kFloat32 && k.is_contiguous() &&
+                half_cache(k, v, "attention_segments") == half && k.is_contiguous() &&
                 v.is_contiguous() && layer >= 0 && layer < k.size(0),
-                "attention_segments wants contiguous float32 caches [L, 1, Hkv, S, D]");
+                "attention_segments wants contiguous caches [L, 1, Hkv, S, D], all float32 or all float16");
     TORCH_CHECK(b == 0 || k.size(2) == kv_heads, "attention_segments: the caches' KV heads differ");
     kv_heads = k.size(2);
     masks[b] = bool_mask(tree_masks[b]);
@@ -487,8 +534,8 @@ torch::Tensor attention_segments(torch::Tensor q, const std::vector<torch::Tenso
     seg.out = out.data_ptr<float>() + start * heads * dim;
     seg.token_stride = heads * dim;
     seg.head_stride = dim;
-    seg.keys = k.data_ptr<float>() + layer * k.stride(0);
-    seg.values = v.data_ptr<float>() + layer * v.stride(0);
+    seg.keys = cache_data(k, layer * k.stride(0));
+    seg.values = cache_data(v, layer * v.stride(0));
     seg.max_len = k.size(3);
     seg.past = pasts[b];
     seg.seq = tokens[b];
@@ -501,7 +548,7 @@ torch::Tensor attention_segments(torch::Tensor q, const std::vector<torch::Tenso
   if (count == 0) return out;
   TORCH_CHECK(heads % kv_heads == 0, "attention_segments: the heads are not a multiple of the KV heads");
   std::vector<float> transposed;
-  attend_all(segments, heads, kv_heads, dim, transposed);
+  attend_all(segments, heads, kv_heads, dim, half, transposed);
   return out;
 }
 

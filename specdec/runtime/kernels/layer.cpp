@@ -27,10 +27,18 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor* slots, int cou
   return quant_linear(x, std::vector<torch::Tensor>(slots, slots + count));
 }
 
+// A key or value row into a cache of float32 (copied) or float16 (rounded to nearest even, as
+// torch's conversion does).
+void store_row(const float* in, float* out, int64_t n) { std::copy(in, in + n, out); }
+void store_row(const float* in, at::Half* out, int64_t n) {
+  for (int64_t d = 0; d < n; ++d) out[d] = at::Half(in[d]);
+}
+
 // All segments of layer `layer`: qkv [N, (H + 2 Hkv) D] -> q [N, H, D] with RoPE; segment b's k (RoPE)
-// and v of its token t written into its cache (keys[b], values[b]: [L, 1, Hkv, S_b, D]) at layer
-// `layer`, slot past_b + t. RoPE as the Python layer computes it: x * cos + rotate_half(x) * sin (a
-// multiply, a multiply, an add); cos, sin: [N, D].
+// and v of its token t written into its cache (keys[b], values[b]: [L, 1, Hkv, S_b, D], float32 or
+// float16: T) at layer `layer`, slot past_b + t. RoPE as the Python layer computes it:
+// x * cos + rotate_half(x) * sin (a multiply, a multiply, an add); cos, sin: [N, D].
+template <typename T>
 void rope_and_store(const torch::Tensor& qkv, const torch::Tensor& cos, const torch::Tensor& sin, torch::Tensor& q,
                     const std::vector<torch::Tensor>& keys, const std::vector<torch::Tensor>& values, int64_t layer,
                     const std::vector<int64_t>& pasts, const std::vector<int64_t>& starts,
@@ -48,10 +56,11 @@ void rope_and_store(const torch::Tensor& qkv, const torch::Tensor& cos, const to
       out[d] = a + b;
     }
   };
+  std::vector<float> key(dim);  // one rotated key row
   for (size_t b = 0; b + 1 < starts.size(); ++b) {  // segment b: rows [starts[b], starts[b + 1])
     const int64_t max_len = keys[b].size(3);
-    float* pk = keys[b].data_ptr<float>() + layer * keys[b].stride(0);  // [Hkv, S_b, D]
-    float* pv = values[b].data_ptr<float>() + layer * values[b].stride(0);
+    T* pk = keys[b].data_ptr<T>() + layer * keys[b].stride(0);  // [Hkv, S_b, D]
+    T* pv = values[b].data_ptr<T>() + layer * values[b].stride(0);
     for (int64_t n = starts[b]; n < starts[b + 1]; ++n) {
       const int64_t t = n - starts[b];
       const float* row = src + n * width;
@@ -60,8 +69,9 @@ void rope_and_store(const torch::Tensor& qkv, const torch::Tensor& cos, const to
       for (int64_t h = 0; h < heads; ++h) rotate(row + h * dim, c, s, pq + (n * heads + h) * dim);
       for (int64_t h = 0; h < kv_heads; ++h) {
         const int64_t slot = (h * max_len + pasts[b] + t) * dim;
-        rotate(row + (heads + h) * dim, c, s, pk + slot);
-        std::copy(row + (heads + kv_heads + h) * dim, row + (heads + kv_heads + h + 1) * dim, pv + slot);
+        rotate(row + (heads + h) * dim, c, s, key.data());
+        store_row(key.data(), pk + slot, dim);
+        store_row(row + (heads + kv_heads + h) * dim, pv + slot, dim);
       }
     }
   }
@@ -77,7 +87,8 @@ torch::Tensor attend_and_mix(const torch::Tensor& stream, const torch::Tensor& q
                              const std::vector<int64_t>& tokens, const std::vector<torch::Tensor>& masks, double eps,
                              int64_t heads, int64_t kv_heads, int64_t dim) {
   const int64_t rows = stream.size(0);
-  rope_and_store(qkv, cos, sin, q, keys, values, layer, pasts, starts, heads, kv_heads, dim);
+  if (keys[0].dtype() == torch::kFloat16) rope_and_store<at::Half>(qkv, cos, sin, q, keys, values, layer, pasts, starts, heads, kv_heads, dim);
+  else rope_and_store<float>(qkv, cos, sin, q, keys, values, layer, pasts, starts, heads, kv_heads, dim);
   torch::Tensor attended = attention_segments(q, keys, values, layer, pasts, tokens, masks)  // [N, H, D]
                                .view({rows, heads * dim});
   torch::Tensor mixed = stream + linear(attended, w, 1);
@@ -113,6 +124,9 @@ torch::Tensor decoder_layers(torch::Tensor x, const std::vector<torch::Tensor>& 
     TORCH_CHECK(keys[b].dim() == 5 && keys[b].size(0) >= num_layers && keys[b].size(2) == kv_heads &&
                 keys[b].size(4) == dim && values[b].sizes() == keys[b].sizes(),
                 "decoder_layers wants caches [L, 1, Hkv, S, D]");
+    TORCH_CHECK(keys[b].dtype() == keys[0].dtype() && values[b].dtype() == keys[0].dtype() &&
+                (keys[0].dtype() == torch::kFloat32 || keys[0].dtype() == torch::kFloat16),
+                "decoder_layers wants caches all float32 or all float16");
     TORCH_CHECK(pasts[b] >= 0 && pasts[b] + tokens[b] <= keys[b].size(3), "decoder_layers: the new tokens lie past a cache");
     starts[b + 1] = starts[b] + tokens[b];
     masks[b] = tree_masks[b].numel() ? tree_masks[b].to(torch::kBool).contiguous() : tree_masks[b];
