@@ -8,7 +8,7 @@ tokens (so that each reserves a cache of about that many tokens), waits until ev
 `--first-tokens` chunks or `--timeout` seconds pass, samples `/health` (running, waiting) and the
 server's resident memory (/proc/PID/status, VmRSS; its peak VmHWM) each second, then closes every
 stream. The last line is one JSON object: the requests that streamed, the most running at once, the
-peak resident memory, the seconds to the last stream's first chunk.
+slowest /health answer, the peak resident memory, the seconds until every stream had its chunks.
 """
 
 from __future__ import annotations
@@ -61,9 +61,11 @@ def main() -> None:
         thread.start()
     samples = []
     while time.perf_counter() - start < args.timeout:
-        health = httpx.get(args.url + "/health").json()
+        asked = time.perf_counter()
+        health = httpx.get(args.url + "/health", timeout=args.timeout).json()
+        health_s = time.perf_counter() - asked
         rss, peak = resident_mib(args.pid)
-        samples.append({"t": round(time.perf_counter() - start, 1), "running": health["running"],
+        samples.append({"t": round(time.perf_counter() - start, 1), "health_s": round(health_s, 3), "running": health["running"],
                         "waiting": health["waiting"], "rss_mib": round(rss), "streams_started": sum(c > 0 for c in chunks)})
         print(json.dumps(samples[-1]), flush=True)
         if all(c >= args.first_tokens for c in chunks) or any(s not in (None, 200) for s in statuses):
@@ -76,7 +78,8 @@ def main() -> None:
     print(json.dumps({"requests": args.requests, "max_tokens": args.max_tokens,
                       "streamed": sum(c >= args.first_tokens for c in chunks),
                       "statuses": sorted({s for s in statuses if s is not None}),
-                      "most_running": max(s["running"] for s in samples), "peak_rss_mib": round(resident_mib(args.pid)[1]),
+                      "most_running": max(s["running"] for s in samples),
+                      "slowest_health_s": max(s["health_s"] for s in samples), "peak_rss_mib": round(resident_mib(args.pid)[1]),
                       "seconds_to_all_streaming": all_streaming}))
 
 

@@ -570,17 +570,21 @@ torch::Tensor eagle3_layer(torch::Tensor embeds, torch::Tensor hidden, const std
                            torch::Tensor cos, torch::Tensor sin, torch::Tensor keys, torch::Tensor values, int64_t past,
                            double eps, int64_t heads, int64_t kv_heads);
 
+// Every kernel runs without the GIL (its arguments are converted before, its result after): a
+// server's worker thread in a long pass leaves the event loop free to answer.
+#define NO_GIL py::call_guard<py::gil_scoped_release>()
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("rms_norm", &rms_norm, "row-wise RMSNorm in a fixed order");
-  m.def("silu_mul", &silu_mul, "silu(gate) * up");
-  m.def("attention", &attention, "batch-invariant attention over a static cache");
-  m.def("attention_segments", &attention_segments, "batch-invariant attention of segments, one cache each, in one call");
-  m.def("quant_linear", &quant_linear, "quantized weights (parts stacked along the outputs) x 8-bit rows, every row by one recipe");
-  m.def("pack_quant_weights", &pack_quant_weights, "codes, scales (and 4-bit offsets) into quant_linear's layout",
+  m.def("rms_norm", &rms_norm, "row-wise RMSNorm in a fixed order", NO_GIL);
+  m.def("silu_mul", &silu_mul, "silu(gate) * up", NO_GIL);
+  m.def("attention", &attention, "batch-invariant attention over a static cache", NO_GIL);
+  m.def("attention_segments", &attention_segments, "batch-invariant attention of segments, one cache each, in one call", NO_GIL);
+  m.def("quant_linear", &quant_linear, "quantized weights (parts stacked along the outputs) x 8-bit rows, every row by one recipe", NO_GIL);
+  m.def("pack_quant_weights", &pack_quant_weights, "codes, scales (and 4-bit offsets) into quant_linear's layout", NO_GIL,
         py::arg("codes"), py::arg("scales"), py::arg("offsets") = py::none());
-  m.def("pack_gguf", &pack_gguf, "GGUF blocks of one type as stored (one tensor, or several stacked along outputs) into its packed format, exactly");
-  m.def("dequantize_packed", &dequantize_packed, "the exact float32 weights of rows of a packed tensor (all rows when empty)");
-  m.def("quant_linear_path", &quant_linear_path, "the instruction set quant_linear was built for");
-  m.def("eagle3_layer", &eagle3_layer, "an EAGLE-3 head's decoder layer over new pairs of one sequence (quantized linears), in one call");
-  m.def("decoder_layers", &decoder_layers, "the decoder layers of one pass over segments of rows, each with its own cache (quantized linears), in one call");
+  m.def("pack_gguf", &pack_gguf, "GGUF blocks of one type as stored (one tensor, or several stacked along outputs) into its packed format, exactly", NO_GIL);
+  m.def("dequantize_packed", &dequantize_packed, "the exact float32 weights of rows of a packed tensor (all rows when empty)", NO_GIL);
+  m.def("quant_linear_path", &quant_linear_path, "the instruction set quant_linear was built for", NO_GIL);
+  m.def("eagle3_layer", &eagle3_layer, "an EAGLE-3 head's decoder layer over new pairs of one sequence (quantized linears), in one call", NO_GIL);
+  m.def("decoder_layers", &decoder_layers, "the decoder layers of one pass over segments of rows, each with its own cache (quantized linears), in one call", NO_GIL);
 }
