@@ -308,7 +308,12 @@ void attend(const AttentionSegment& seg, int64_t kvh, int64_t c, int64_t group, 
   scores.resize(rows * padded);
   queries.assign((rows + kRowGroup) * dim, 0.f);  // the item's query rows, contiguous
   for (int64_t r = 0; r < rows; ++r) std::memcpy(queries.data() + r * dim, seg.q + offset(r), dim * sizeof(float));
-  for (int64_t s0 = 0; s0 < slots; s0 += kLanes) {
+  // Causal, the item's rows see slots [0, past + t0 + tokens) at most, and all of them see
+  // [0, past + t0): the scores of later slots are not computed, and those shared slots' values are
+  // weighed together for all rows (each output element still adds p * value slot by slot in
+  // ascending order, whichever loop does it: the same bits as a one-token pass).
+  const int64_t seen = causal ? past + t0 + tokens : slots, shared = causal ? past + t0 : past;
+  for (int64_t s0 = 0; s0 < seen; s0 += kLanes) {
     const float* kt = kvh_keys_t + (s0 / kLanes) * dim * kLanes;
     for (int64_t r0 = 0; r0 < rows; r0 += kRowGroup) {  // kRowGroup independent chains in flight
       const float* qg = queries.data() + r0 * dim;  // [kRowGroup, D], rows past the last padded
@@ -362,7 +367,8 @@ void attend(const AttentionSegment& seg, int64_t kvh, int64_t c, int64_t group, 
       store(orow + d, load(orow + d, width) + p * load(vrow + d, width), width);
     }
   };
-  // the cached slots, seen by every row: each value row is read once for all rows
+  // the slots every row sees (in ascending order, its weights at the slots' own indices: the cached
+  // ones, and causal, the new tokens before the chunk): each value row read once for all rows
   scratch.padding.resize(kRowGroup * dim);
   for (int64_t r0 = 0; r0 < rows; r0 += kRowGroup) {
     const int64_t group_rows = std::min<int64_t>(kRowGroup, rows - r0);
@@ -374,16 +380,17 @@ void attend(const AttentionSegment& seg, int64_t kvh, int64_t c, int64_t group, 
       weight_rows[i] = weights.data() + r * slots;
     }
     if (dim == 64) {
-      weigh_values<4>(orows, weight_rows, vbase, past);
+      weigh_values<4>(orows, weight_rows, vbase, shared);
     } else {
-      for (int64_t s = 0; s < past; ++s)
+      for (int64_t s = 0; s < shared; ++s)
         for (int64_t i = 0; i < group_rows; ++i) accumulate(orows[i], weight_rows[i][s], vbase + s * dim);
     }
   }
   for (int64_t r = 0; r < rows; ++r) {
     float* orow = seg.out + offset(r);
     const int64_t* vis = scratch.fresh.data() + r * seq;
-    for (int64_t i = 0; i < scratch.fresh_count[r]; ++i) accumulate(orow, weights[r * slots + past + i], vbase + vis[i] * dim);
+    for (int64_t i = shared - past; i < scratch.fresh_count[r]; ++i)  // its own visible new slots past the shared ones
+      accumulate(orow, weights[r * slots + past + i], vbase + vis[i] * dim);
     const float inv = 1.f / scratch.totals[r];
     for (int64_t d = 0; d < dim; ++d) orow[d] *= inv;
   }
