@@ -143,6 +143,7 @@ inline void transpose(Vec (&m)[kLanes]) {
 }
 
 constexpr int kRowGroup = 4;  // attention rows processed together
+constexpr int64_t kChunkTokens = 16;  // new tokens per attention work item: its rows share each transposed key block
 
 // out[i] += sum over slots s < past, in order, of weights[i][s] * values[s] (a multiply and an add
 // per element) for kRowGroup rows whose D = 16 * DV values stay in registers throughout.
@@ -225,7 +226,7 @@ torch::Tensor silu_mul(torch::Tensor gate_up) {
 //   times 1/sum.
 // So a row depends only on the keys and values it sees, not on their slot numbers or neighbours.
 // The cache holds float32 or float16 (widened exactly as it is read, so a row's arithmetic is the
-// same either way, on the values the cache holds). A work item is (sequence, KV head, a chunk of at most 4 new tokens): its rows, G = H / Hkv query
+// same either way, on the values the cache holds). A work item is (sequence, KV head, a chunk of at most kChunkTokens new tokens): its rows, G = H / Hkv query
 // heads times the chunk's tokens, are scored and weighted together, so each key and value is read
 // once per chunk. `attention` (one cache, B sequences alike) and `attention_segments` (one cache per
 // sequence, as `decoder_layers` runs them) both run `attend` below, so there is one copy of it.
@@ -243,7 +244,7 @@ struct AttentionSegment {
   int64_t past, seq;    // the cached slots [0, past) every new token sees; T
   const bool* mask;     // [T, T] (new token t sees new token j), or nullptr for causal
   float* keys_t;        // [Hkv, blocks, D, 16]: keys transposed beforehand, or nullptr: the item does it
-  int64_t chunk, chunks;  // new tokens per work item (min(T, 4)) and the items per KV head
+  int64_t chunk, chunks;  // new tokens per work item (min(T, kChunkTokens)) and the items per KV head
 };
 
 // Keys [width <= 16, D] (consecutive cache slots) -> kt [D, 16]: one key per lane, zeros past width.
@@ -368,7 +369,7 @@ void attend(const AttentionSegment& seg, int64_t kvh, int64_t c, int64_t group, 
     }
   };
   // the slots every row sees (in ascending order, its weights at the slots' own indices: the cached
-  // ones, and causal, the new tokens before the chunk): each value row read once for all rows
+  // ones, and causal, the new tokens before the chunk): each value row read once per row group
   scratch.padding.resize(kRowGroup * dim);
   for (int64_t r0 = 0; r0 < rows; r0 += kRowGroup) {
     const int64_t group_rows = std::min<int64_t>(kRowGroup, rows - r0);
@@ -396,7 +397,7 @@ void attend(const AttentionSegment& seg, int64_t kvh, int64_t c, int64_t group, 
   }
 }
 
-// All the work items of a call. A segment of at most 4 new tokens is one item per KV head, which
+// All the work items of a call. A segment of at most kChunkTokens new tokens is one item per KV head, which
 // transposes its own keys into its worker's scratch (they stay in cache for the scores); the keys
 // of longer segments, shared by several items, are transposed first, in one parallel pass, into
 // `transposed`. Then one parallel pass over every (segment, KV head, chunk) item. `half`: every
@@ -410,7 +411,7 @@ void attend_all(std::vector<AttentionSegment>& segments, int64_t heads, int64_t 
     AttentionSegment& seg = segments[b];
     TORCH_CHECK(seg.seq >= 1 && seg.past >= 0 && seg.past + seg.seq <= seg.max_len,
                 "attention: the new tokens lie past the cache");
-    seg.chunk = std::min<int64_t>(seg.seq, 4);
+    seg.chunk = std::min<int64_t>(seg.seq, kChunkTokens);
     seg.chunks = (seg.seq + seg.chunk - 1) / seg.chunk;
     const int64_t key_blocks = (seg.past + seg.seq + kLanes - 1) / kLanes;
     first_item[b + 1] = first_item[b] + kv_heads * seg.chunks;
