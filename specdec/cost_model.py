@@ -402,13 +402,12 @@ def load_or_measure(model, drafters: list, max_gamma: int, *, remeasure: bool = 
         costs = CostModel(measure_pass_costs(model.net, context, list(range(1, largest + 1)), repeats), key=key,
                           description={**description, "context": context, "measured_at": measured_at})
         changed = True
-    elif not covers(costs, largest):
-        missing = [k for k in range(1, largest + 1) if k not in costs.pass_seconds]
-        announce(f"measuring this machine's costs of target passes over {missing[0]}..{missing[-1]} tokens "
+    elif pass_sizes:
+        announce(f"measuring this machine's costs of target passes over {pass_sizes[0]}..{pass_sizes[-1]} tokens "
                  f"(added to {path})")
-        costs.pass_seconds.update(measure_pass_costs(model.net, context, missing, repeats))
+        costs.pass_seconds.update(measure_pass_costs(model.net, context, pass_sizes, repeats))
         changed = True
-    if any(b not in costs.row_seconds for b in batch_sizes):
+    if row_sizes:
         announce(f"measuring this machine's costs of passes over {', '.join(map(str, batch_sizes))} rows")
         overheads, one_row = measure_row_costs(model.net, context, batch_sizes, repeats)
         costs.row_seconds.update(overheads)
