@@ -74,43 +74,84 @@ struct Activations {  // x [M, K] quantized per row in blocks of 32
 //   d = 1 / iscale, shared by its 8 blocks of 32;
 // - for per-block weights, Q8_0 as llama.cpp's x86 path forms it: per 32 inputs, amax = max|x|,
 //   xq = round(x * (127 / amax)), d = amax / 127 rounded to float16.
-// round: to nearest, ties to even. The block sums X are of the codes xq, exact.
+// round: to nearest, ties to even. The block sums X are of the codes xq, exact. The vector paths
+// compute the same numbers as the scalar loop (one product, one rounding, one min per input; the
+// first input of largest magnitude; integer sums), so every path gives the same codes and scales.
+inline float span_magnitude(const float* v, int n, float& top) {  // max |v| and the first v of that magnitude
+  float amax = 0.f;
+  int at = -1;
+#if SPECDEC_QGEMM_AVX512
+  __m512 m = _mm512_setzero_ps();
+  for (int i = 0; i < n; i += 16) m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(v + i)), m);  // NaN: ignored
+  amax = _mm512_reduce_max_ps(m);
+  const __m512 wanted = _mm512_set1_ps(amax);
+  for (int i = 0; i < n && amax > 0.f; i += 16) {
+    const __mmask16 hit = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(v + i)), wanted, _CMP_EQ_OQ);
+    if (hit) {
+      at = i + __builtin_ctz(hit);
+      break;
+    }
+  }
+#else
+  for (int i = 0; i < n; ++i)
+    if (std::fabs(v[i]) > amax) {
+      amax = std::fabs(v[i]);
+      at = i;
+    }
+#endif
+  top = at < 0 ? 0.f : v[at];
+  return amax;
+}
+
+// Codes of one block of 32 inputs, min(round(v * mul), 127), and the sums of its two halves.
+inline void quantize_block(const float* v, float mul, int8_t* q, int32_t halves[2]) {
+#if SPECDEC_QGEMM_AVX512
+  for (int h = 0; h < 2; ++h) {
+    const __m512 scaled = _mm512_mul_ps(_mm512_loadu_ps(v + 16 * h), _mm512_set1_ps(mul));
+    const __m512 rounded = _mm512_min_ps(_mm512_roundscale_ps(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+                                         _mm512_set1_ps(127.f));
+    const __m512i codes = _mm512_cvtps_epi32(rounded);  // integers already: exact
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16 * h), _mm512_cvtepi32_epi8(codes));
+    halves[h] = _mm512_reduce_add_epi32(codes);
+  }
+#else
+  halves[0] = halves[1] = 0;
+  for (int i = 0; i < kBlock; ++i) {
+    q[i] = static_cast<int8_t>(std::min(std::nearbyint(v[i] * mul), 127.f));
+    halves[i / 16] += q[i];
+  }
+#endif
+}
+
 Activations quantize_rows(const float* x, int64_t rows, int64_t k, bool super) {
   const int64_t blocks = k / kBlock;
-  const int64_t span = super ? specdec::kSuperBlocks * kBlock : kBlock;  // inputs per scale
+  const int span = super ? specdec::kSuperBlocks * kBlock : kBlock;  // inputs per scale
   Activations a{std::vector<int8_t>(rows * k), std::vector<float>(rows * blocks), std::vector<float>(rows * blocks),
                 std::vector<float>(rows * blocks * 2)};
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t first = 0; first < k; first += span) {
-      const float* v = x + r * k + first;
-      float top = 0.f, amax = 0.f;
-      for (int i = 0; i < span; ++i)
-        if (std::fabs(v[i]) > amax) {
-          amax = std::fabs(v[i]);
-          top = v[i];
+  at::parallel_for(0, rows, specdec::grain_for(k), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r)
+      for (int64_t first = 0; first < k; first += span) {
+        float top = 0.f;
+        const float amax = span_magnitude(x + r * k + first, span, top);
+        float mul = 0.f, d = 0.f;
+        if (amax > 0.f && super) {
+          mul = -127.f / top;
+          d = 1.f / mul;
+        } else if (amax > 0.f) {
+          mul = 127.f / amax;
+          d = static_cast<float>(static_cast<c10::Half>(amax / 127.f));
         }
-      float mul = 0.f, d = 0.f;
-      if (amax > 0.f && super) {
-        mul = -127.f / top;
-        d = 1.f / mul;
-      } else if (amax > 0.f) {
-        mul = 127.f / amax;
-        d = static_cast<float>(static_cast<c10::Half>(amax / 127.f));
-      }
-      for (int64_t b = first / kBlock; b < (first + span) / kBlock; ++b) {
-        const int64_t at = r * k + b * kBlock;
-        int32_t halves[2] = {0, 0};
-        for (int i = 0; i < kBlock; ++i) {
-          const int8_t q = static_cast<int8_t>(std::min(std::nearbyint(x[at + i] * mul), 127.f));
-          a.q[at + i] = q;
-          halves[i / 16] += q;
+        for (int64_t b = first / kBlock; b < (first + span) / kBlock; ++b) {
+          const int64_t at = r * k + b * kBlock;
+          int32_t halves[2];
+          quantize_block(x + at, mul, a.q.data() + at, halves);
+          a.scale[r * blocks + b] = d;
+          a.sum[r * blocks + b] = static_cast<float>(halves[0] + halves[1]);
+          a.half[(r * blocks + b) * 2] = static_cast<float>(halves[0]);
+          a.half[(r * blocks + b) * 2 + 1] = static_cast<float>(halves[1]);
         }
-        a.scale[r * blocks + b] = d;
-        a.sum[r * blocks + b] = static_cast<float>(halves[0] + halves[1]);
-        a.half[(r * blocks + b) * 2] = static_cast<float>(halves[0]);
-        a.half[(r * blocks + b) * 2 + 1] = static_cast<float>(halves[1]);
       }
-    }
+  });
   return a;
 }
 
