@@ -144,29 +144,45 @@ inline void header_scale_min(const uint8_t* header, int64_t b, int lane, int& sc
   mn = (low >> 4) | (((high >> 2) & 3) << 4);
 }
 
+// Super-block formats: output `lane`'s integer scale codes sc and offset codes mn of block b's groups
+// h = 0, 1 (with one group per block both entries are that group's; symmetric formats: mn = 0), and
+// the super-block's d and m (symmetric: m = 0): s = d * sc, c = m * mn.
+template <class F>
+inline void super_params(const uint8_t* tile, int64_t b, int lane, int* sc, int* mn, float& d, float& m) {
+  static_assert(F::kSuper, "super_params reads super-block formats");
+  const uint8_t* header = tile + (b / kSuperBlocks) * F::kUnitBytes;
+  const c10::Half* scales = reinterpret_cast<const c10::Half*>(header);
+  d = static_cast<float>(scales[lane]);
+  m = F::kSym ? 0.f : static_cast<float>(scales[kTile + lane]);
+  if constexpr (F::kHeaderScales) {
+    header_scale_min(header, b, lane, sc[0], mn[0]);
+    sc[1] = sc[0];
+    mn[1] = mn[0];
+  } else {
+    const uint8_t* params = block_of<F>(tile, b) + F::kCodeBytes;
+    constexpr int kGroupBytes = F::kSym ? 16 : 32;  // sc[16] (and mn[16]) per group
+    for (int h = 0; h < 2; ++h) {
+      const int g = F::kHalves == 2 ? h : 0;
+      sc[h] = static_cast<int8_t>(params[kGroupBytes * g + lane]);
+      mn[h] = F::kSym ? 0 : static_cast<int8_t>(params[kGroupBytes * g + 16 + lane]);
+    }
+  }
+}
+
 // Scales and offsets of output `lane` in block b (groups h = 0, 1; with one group per block both
 // entries are that group's), exact in float32; symmetric formats' offsets are 0 (w = s (u - Z)).
 template <class F>
 inline void affine_params(const uint8_t* tile, int64_t b, int lane, float* s, float* c) {
-  const uint8_t* params = block_of<F>(tile, b) + F::kCodeBytes;
   if constexpr (F::kSuper) {
-    const c10::Half* header = reinterpret_cast<const c10::Half*>(tile + (b / kSuperBlocks) * F::kUnitBytes);
-    const float d = static_cast<float>(header[lane]), m = F::kSym ? 0.f : static_cast<float>(header[kTile + lane]);
-    constexpr int kGroupBytes = F::kSym ? 16 : 32;  // sc[16] (and mn[16]) per group
-    if constexpr (F::kHeaderScales) {
-      int sc, mn;
-      header_scale_min(reinterpret_cast<const uint8_t*>(header), b, lane, sc, mn);
-      s[0] = s[1] = d * static_cast<float>(sc);
-      c[0] = c[1] = m * static_cast<float>(mn);
-      return;
-    }
+    int sc[2], mn[2];
+    float d, m;
+    super_params<F>(tile, b, lane, sc, mn, d, m);
     for (int h = 0; h < 2; ++h) {
-      const int g = F::kHalves == 2 ? h : 0;
-      s[h] = d * static_cast<float>(static_cast<int8_t>(params[kGroupBytes * g + lane]));
-      c[h] = F::kSym ? 0.f : m * static_cast<float>(static_cast<int8_t>(params[kGroupBytes * g + 16 + lane]));
+      s[h] = d * static_cast<float>(sc[h]);
+      c[h] = F::kSym ? 0.f : m * static_cast<float>(mn[h]);
     }
   } else {
-    const c10::Half* half = reinterpret_cast<const c10::Half*>(params);
+    const c10::Half* half = reinterpret_cast<const c10::Half*>(block_of<F>(tile, b) + F::kCodeBytes);
     s[0] = s[1] = static_cast<float>(half[lane]);
     c[0] = c[1] = F::kSym ? 0.f : static_cast<float>(half[kTile + lane]);
   }

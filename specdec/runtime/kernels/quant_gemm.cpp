@@ -1,20 +1,21 @@
 // Weight-only quantized linear layers with 8-bit activations: a weight tile is unpacked once per
 // call and used for every row, so a pass over k rows streams the weights once (flat verification).
 //
-// Numerics (llama.cpp's Q x Q8_0 recipe, made batch-invariant):
+// Numerics (llama.cpp's Q x Q8_0 and Q x Q8_K recipes, made batch-invariant):
 // - each input row is quantized as llama.cpp quantizes it for the weights' type (quantize_rows): to
 //   8-bit codes xq with a scale d per block of 32 (shared by a super-block's 8 blocks for K-quants),
 //   X = sum(xq) per block and per half block (16 inputs) — per row, never shared across rows;
-// - affine weights (every format but Q8_0): unsigned 4- or 6-bit codes u per block of 32 inputs and, per group
-//   of G = 32 or 16 inputs, a scale s and an offset c (w = s * u + c). Per group the integer dot
-//   I = sum(u * xq) is exact, then in float32: with one group per block t = c * X; t = fma(s, I, t);
-//   with two (G = 16, halves h = 0, 1) t = c0 * X0; t = fma(s0, I0, t); t = fma(c1, X1, t);
-//   t = fma(s1, I1, t); and acc = fma(t, d, acc);
-// - symmetric weights (Q4_0, Q5_0, Q8_0; Q3_K and Q6_K per group of 16): codes u = q + Z (Z = 8, 32
-//   or 128) with a scale s, no offset (w = s * (u - Z)): per group the integer I - Z X is exact; with
-//   one group per block t = s * (I - Z X); with two t = s0 * (I0 - Z X0); t = fma(s1, I1 - Z X1, t);
-//   and acc = fma(t, d, acc);
-// - blocks in ascending order.
+// - weights: unsigned 4-, 6- or 8-bit codes u per block of 32 inputs and, per group of G = 32 or 16
+//   inputs, a scale s and an offset c: w = s * u + c (affine), or w = s * (u - Z) (symmetric: u =
+//   q + Z with Z = 8, 32 or 128). Per group the integer dot I = sum(u * xq) is exact;
+// - per-block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: G = 32, s and c float16), per block in float32:
+//   affine t = fma(s, I, c * X), symmetric t = s * (I - Z X); and acc = fma(t, d, acc);
+// - super-block formats (Q2_K … Q6_K: s = D * sc and c = M * mn with integer codes sc, mn per group
+//   and float16 D, M per super-block of 8 blocks), as llama.cpp sums them: per super-block the
+//   integers S = sum over groups of sc * I and O = sum of mn * X (symmetric: sum of sc * X), exact
+//   in int32, then in float32 affine t = fma(D, S, M * O), symmetric t = D * (S - Z O); and
+//   acc = fma(t, d, acc) (d: the row's scale of that super-block);
+// - blocks and super-blocks in ascending order.
 // So every output of every row is computed by one recipe whatever the number of rows, the tile or
 // the thread, and the AVX-512 VNNI, AVX2 and scalar paths give the same bits (the integer dots are
 // exact however they are formed; the float steps are the same operations in the same order).
@@ -61,10 +62,11 @@ using specdec::kBlock;
 using specdec::kTile;
 
 struct Activations {  // x [M, K] quantized per row in blocks of 32
-  std::vector<int8_t> q;     // [M, K] in [-127, 127]
-  std::vector<float> scale;  // [M, K/32]
-  std::vector<float> sum;    // [M, K/32], sum of the block's codes (an integer, exact in float)
-  std::vector<float> half;   // [M, K/16], sums of each half block's codes
+  std::vector<int8_t> q;       // [M, K] in [-127, 127]
+  std::vector<float> scale;    // [M, K/32]
+  std::vector<float> sum;      // [M, K/32], sum of the block's codes (an integer, exact in float)
+  std::vector<int16_t> sum16;  // [M, K/32], the same sums as integers (|X| <= 32 * 127)
+  std::vector<int16_t> half;   // [M, K/16], sums of each half block's codes
 };
 
 // Each row quantized as llama.cpp quantizes the rows its dot products take, so that the integer
@@ -127,7 +129,7 @@ Activations quantize_rows(const float* x, int64_t rows, int64_t k, bool super) {
   const int64_t blocks = k / kBlock;
   const int span = super ? specdec::kSuperBlocks * kBlock : kBlock;  // inputs per scale
   Activations a{std::vector<int8_t>(rows * k), std::vector<float>(rows * blocks), std::vector<float>(rows * blocks),
-                std::vector<float>(rows * blocks * 2)};
+                std::vector<int16_t>(rows * blocks), std::vector<int16_t>(rows * blocks * 2)};
   at::parallel_for(0, rows, specdec::grain_for(k), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r)
       for (int64_t first = 0; first < k; first += span) {
@@ -147,8 +149,9 @@ Activations quantize_rows(const float* x, int64_t rows, int64_t k, bool super) {
           quantize_block(x + at, mul, a.q.data() + at, halves);
           a.scale[r * blocks + b] = d;
           a.sum[r * blocks + b] = static_cast<float>(halves[0] + halves[1]);
-          a.half[(r * blocks + b) * 2] = static_cast<float>(halves[0]);
-          a.half[(r * blocks + b) * 2 + 1] = static_cast<float>(halves[1]);
+          a.sum16[r * blocks + b] = static_cast<int16_t>(halves[0] + halves[1]);
+          a.half[(r * blocks + b) * 2] = static_cast<int16_t>(halves[0]);
+          a.half[(r * blocks + b) * 2 + 1] = static_cast<int16_t>(halves[1]);
         }
       }
   });
@@ -186,107 +189,75 @@ template <typename T>
 inline __m512i broadcast4(const T* p) {  // 4 bytes into every 32-bit lane
   return _mm512_broadcastd_epi32(_mm_loadu_si32(p));
 }
-inline __m512 int8_to_ps(const uint8_t* p) {  // 16 int8 -> 16 float
-  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-}
 inline __m512 half_to_ps(const uint8_t* p) {  // 16 float16 -> 16 float
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
-inline __m512 bytes_to_ps(__m128i v) {  // 16 bytes (0..127) -> 16 float
-  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v));
+inline __m512i int8_to_epi32(const uint8_t* p) {  // 16 int8 -> 16 int32
+  return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-// Rows [row0, row0 + R) against one tile of an affine format: out[r, n0 .. n0+16). Each weight
-// register is used by all R rows before the next is loaded (rows innermost: R independent chains in
-// flight). `ahead`: a later tile to prefetch while this one computes, or null.
-template <class F, int R>
-void affine_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t k, int64_t row0, float* out,
-                 int64_t n, int64_t n0, const uint8_t* ahead) {
+// A block's codes against R rows (row r's 32 codes at x0 + r k): the integer dots of its two halves
+// (inputs 0..15 in dot0, 16..31 in dot1; kSplit false: both in dot0). Each weight register is used
+// by all R rows before the next is loaded (rows innermost: R independent chains in flight).
+template <class F, int R, bool kSplit>
+inline void block_dots(const uint8_t* blk, const int8_t* x0, int64_t k, __m512i* dot0, __m512i* dot1) {
   const __m512i low4 = _mm512_set1_epi8(0x0F), top2 = _mm512_set1_epi8(0x30);
+  for (int r = 0; r < R; ++r) dot0[r] = dot1[r] = _mm512_setzero_si512();
+  const auto accumulate = [&](int r, bool second, __m512i w, __m512i x) {
+    if (kSplit && second) dot1[r] = _mm512_dpbusd_epi32(dot1[r], w, x);
+    else dot0[r] = _mm512_dpbusd_epi32(dot0[r], w, x);
+  };
+  if constexpr (F::kBits == 8) {
+    for (int g = 0; g < 8; ++g) {
+      const __m512i w = _mm512_loadu_si512(blk + g * 64);
+      for (int r = 0; r < R; ++r) accumulate(r, g >= 4, w, broadcast4(x0 + r * k + 4 * g));
+    }
+    return;
+  }
+  [[maybe_unused]] __m512i planes[2];
+  if constexpr (F::kBits == 6) {
+    planes[0] = _mm512_loadu_si512(blk + 256);
+    planes[1] = _mm512_loadu_si512(blk + 320);
+  }
+  for (int j = 0; j < 4; ++j) {
+    const __m512i raw = _mm512_loadu_si512(blk + j * 64);
+    __m512i lo = _mm512_and_si512(raw, low4);                         // inputs 4j .. 4j+3
+    __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);  // inputs 16+4j .. 16+4j+3
+    if constexpr (F::kBits == 6) {  // the high 2 bits of both from plane j / 2
+      const __m512i high = j % 2 ? _mm512_srli_epi16(planes[j / 2], 4) : planes[j / 2];
+      lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_slli_epi16(high, 4), top2));
+      hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_slli_epi16(high, 2), top2));
+    }
+    for (int r = 0; r < R; ++r) {
+      accumulate(r, false, lo, broadcast4(x0 + r * k + 4 * j));
+      accumulate(r, true, hi, broadcast4(x0 + r * k + 16 + 4 * j));
+    }
+  }
+}
+
+// Rows [row0, row0 + R) against one tile of a per-block format: out[r, n0 .. n0+16). `ahead`: a
+// later tile to prefetch while this one computes, or null.
+template <class F, int R>
+void block_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t k, int64_t row0, float* out,
+                int64_t n, int64_t n0, const uint8_t* ahead) {
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-  __m512 d = _mm512_setzero_ps(), m = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* blk = block_of<F>(tile, b);
-    if constexpr (F::kSuper) {
-      if (b % 8 == 0) {
-        const uint8_t* header = header_at<F>(tile, b);
-        d = half_to_ps(header);
-        if constexpr (!F::kSym) m = half_to_ps(header + 32);
-        if (ahead != nullptr && row0 == 0) prefetch_unit(header_at<F>(ahead, b), F::kHeaderBytes);
-      }
-    }
     if (ahead != nullptr && row0 == 0) prefetch_unit(block_of<F>(ahead, b), F::kBlockBytes);
-    const int64_t first = row0 * k + b * kBlock;  // row0's block b in the activations
-    __m512i dot0[R], dot1[R];  // the two halves' integer dots
-    for (int r = 0; r < R; ++r) dot0[r] = dot1[r] = _mm512_setzero_si512();
-    [[maybe_unused]] __m512i planes[2];
-    if constexpr (F::kBits == 6) {
-      planes[0] = _mm512_loadu_si512(blk + 256);
-      planes[1] = _mm512_loadu_si512(blk + 320);
-    }
-    if constexpr (F::kBits == 8) {
-      for (int g = 0; g < 8; ++g) {
-        const __m512i w = _mm512_loadu_si512(blk + g * 64);
-        for (int r = 0; r < R; ++r) {
-          __m512i& dot = g < 4 ? dot0[r] : dot1[r];
-          dot = _mm512_dpbusd_epi32(dot, w, broadcast4(a.q.data() + first + r * k + 4 * g));
-        }
-      }
-    } else for (int j = 0; j < 4; ++j) {
-      const __m512i raw = _mm512_loadu_si512(blk + j * 64);
-      __m512i lo = _mm512_and_si512(raw, low4);                         // inputs 4j .. 4j+3
-      __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);  // inputs 16+4j .. 16+4j+3
-      if constexpr (F::kBits == 6) {  // the high 2 bits of both from plane j / 2
-        const __m512i high = j % 2 ? _mm512_srli_epi16(planes[j / 2], 4) : planes[j / 2];
-        lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_slli_epi16(high, 4), top2));
-        hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_slli_epi16(high, 2), top2));
-      }
-      for (int r = 0; r < R; ++r) {
-        const int8_t* xb = a.q.data() + first + r * k;
-        dot0[r] = _mm512_dpbusd_epi32(dot0[r], lo, broadcast4(xb + 4 * j));
-        dot1[r] = _mm512_dpbusd_epi32(dot1[r], hi, broadcast4(xb + 16 + 4 * j));
-      }
-    }
-    const uint8_t* params = blk + F::kCodeBytes;
-    __m512 s0, c0, s1, c1;
-    if constexpr (F::kHeaderScales) {
-      __m128i sc, mn;
-      header_scales(header_at<F>(tile, b), b, 0, sc, mn);
-      s0 = _mm512_mul_ps(d, bytes_to_ps(sc));
-      c0 = _mm512_mul_ps(m, bytes_to_ps(mn));
-    } else if constexpr (F::kSuper && F::kSym) {
-      s0 = _mm512_mul_ps(d, int8_to_ps(params));
-      if constexpr (F::kHalves == 2) s1 = _mm512_mul_ps(d, int8_to_ps(params + 16));
-    } else if constexpr (F::kSuper) {
-      s0 = _mm512_mul_ps(d, int8_to_ps(params));
-      c0 = _mm512_mul_ps(m, int8_to_ps(params + 16));
-      if constexpr (F::kHalves == 2) {
-        s1 = _mm512_mul_ps(d, int8_to_ps(params + 32));
-        c1 = _mm512_mul_ps(m, int8_to_ps(params + 48));
-      }
-    } else {
-      s0 = half_to_ps(params);
-      if constexpr (!F::kSym) c0 = half_to_ps(params + 32);
-    }
+    __m512i dot[R], unused[R];
+    block_dots<F, R, false>(blk, a.q.data() + row0 * k + b * kBlock, k, dot, unused);
+    const __m512 s = half_to_ps(blk + F::kCodeBytes);
+    [[maybe_unused]] __m512 c;
+    if constexpr (!F::kSym) c = half_to_ps(blk + F::kCodeBytes + 32);
     for (int r = 0; r < R; ++r) {
       const int64_t at = (row0 + r) * blocks + b;
       __m512 t;
-      if constexpr (F::kSym && F::kHalves == 2) {  // t = s0 (I0 - Z X0) + s1 (I1 - Z X1), the integers exact
-        const __m512i zero0 = _mm512_set1_epi32(F::kZero * static_cast<int32_t>(a.half[2 * at]));
-        const __m512i zero1 = _mm512_set1_epi32(F::kZero * static_cast<int32_t>(a.half[2 * at + 1]));
-        t = _mm512_mul_ps(s0, _mm512_cvtepi32_ps(_mm512_sub_epi32(dot0[r], zero0)));
-        t = _mm512_fmadd_ps(s1, _mm512_cvtepi32_ps(_mm512_sub_epi32(dot1[r], zero1)), t);
-      } else if constexpr (F::kSym) {  // t = s (I - Z X), the integer exact
-        const __m512i zero = _mm512_set1_epi32(F::kZero * static_cast<int32_t>(a.sum[at]));
-        t = _mm512_mul_ps(s0, _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_add_epi32(dot0[r], dot1[r]), zero)));
-      } else if constexpr (F::kHalves == 1) {
-        const __m512i dot = _mm512_add_epi32(dot0[r], dot1[r]);
-        t = _mm512_fmadd_ps(s0, _mm512_cvtepi32_ps(dot), _mm512_mul_ps(c0, _mm512_set1_ps(a.sum[at])));
+      if constexpr (F::kSym) {  // t = s (I - Z X), the integer exact
+        const __m512i zero = _mm512_set1_epi32(F::kZero * static_cast<int32_t>(a.sum16[at]));
+        t = _mm512_mul_ps(s, _mm512_cvtepi32_ps(_mm512_sub_epi32(dot[r], zero)));
       } else {
-        t = _mm512_fmadd_ps(s0, _mm512_cvtepi32_ps(dot0[r]), _mm512_mul_ps(c0, _mm512_set1_ps(a.half[2 * at])));
-        t = _mm512_fmadd_ps(c1, _mm512_set1_ps(a.half[2 * at + 1]), t);
-        t = _mm512_fmadd_ps(s1, _mm512_cvtepi32_ps(dot1[r]), t);
+        t = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(dot[r]), _mm512_mul_ps(c, _mm512_set1_ps(a.sum[at])));
       }
       acc[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(a.scale[at]), acc[r]);
     }
@@ -294,10 +265,83 @@ void affine_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int6
   for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + (row0 + r) * n + n0, acc[r]);
 }
 
+// Block b's integer scale codes sc and offset codes mn of its groups (0, 1; one group: both the
+// same) for 16 outputs; symmetric formats' offsets are their scales (see super_rows).
+template <class F>
+inline void group_codes(const uint8_t* header, const uint8_t* blk, int64_t b, __m512i* sc, __m512i* mn) {
+  if constexpr (F::kHeaderScales) {
+    __m128i sc8, mn8;
+    header_scales(header, b, 0, sc8, mn8);
+    sc[0] = sc[1] = _mm512_cvtepu8_epi32(sc8);
+    mn[0] = mn[1] = _mm512_cvtepu8_epi32(mn8);
+  } else {
+    const uint8_t* params = blk + F::kCodeBytes;
+    constexpr int kGroupBytes = F::kSym ? 16 : 32;  // sc[16] (and mn[16]) per group
+    for (int h = 0; h < F::kHalves; ++h) {
+      sc[h] = int8_to_epi32(params + kGroupBytes * h);
+      mn[h] = F::kSym ? sc[h] : int8_to_epi32(params + kGroupBytes * h + 16);
+    }
+  }
+}
+
+// Rows [row0, row0 + R) against one tile of a super-block format (see the header: integer sums per
+// super-block, then the float steps).
+template <class F, int R>
+void super_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t k, int64_t row0, float* out,
+                int64_t n, int64_t n0, const uint8_t* ahead) {
+  constexpr bool kSplit = F::kHalves == 2;
+  constexpr int kPairs = specdec::kSuperBlocks * F::kHalves / 2;  // groups of a super-block, two by two
+  const int16_t* group_sums = kSplit ? a.half.data() : a.sum16.data();  // X per group [M, K / G]
+  const int64_t groups = blocks * F::kHalves;
+  const __m512i low16 = _mm512_set1_epi32(0xFFFF);
+  for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + (row0 + r) * n + n0, _mm512_setzero_ps());
+  for (int64_t first = 0; first < blocks; first += specdec::kSuperBlocks) {
+    const uint8_t* header = header_at<F>(tile, first);
+    if (ahead != nullptr && row0 == 0) prefetch_unit(header_at<F>(ahead, first), F::kHeaderBytes);
+    __m512i isum[R];  // sum over groups of sc * I
+    for (int r = 0; r < R; ++r) isum[r] = _mm512_setzero_si512();
+    __m512i pairs[kPairs];  // per output, int16 mn of groups 2p (low half) and 2p + 1
+    __m512i even = _mm512_setzero_si512();
+    for (int64_t b = first; b < first + specdec::kSuperBlocks; ++b) {
+      const uint8_t* blk = block_of<F>(tile, b);
+      if (ahead != nullptr && row0 == 0) prefetch_unit(block_of<F>(ahead, b), F::kBlockBytes);
+      __m512i dot0[R], dot1[R];
+      block_dots<F, R, kSplit>(blk, a.q.data() + row0 * k + b * kBlock, k, dot0, dot1);
+      __m512i sc[2], mn[2];
+      group_codes<F>(header, blk, b, sc, mn);
+      for (int r = 0; r < R; ++r) {
+        isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(dot0[r], sc[0]));
+        if constexpr (kSplit) isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(dot1[r], sc[1]));
+      }
+      const int64_t i = b - first;
+      if constexpr (kSplit) pairs[i] = _mm512_or_si512(_mm512_and_si512(mn[0], low16), _mm512_slli_epi32(mn[1], 16));
+      else if (i % 2 == 0) even = mn[0];
+      else pairs[i / 2] = _mm512_or_si512(_mm512_and_si512(even, low16), _mm512_slli_epi32(mn[0], 16));
+    }
+    const __m512 d = half_to_ps(header);
+    [[maybe_unused]] __m512 m;
+    if constexpr (!F::kSym) m = half_to_ps(header + 32);
+    for (int r = 0; r < R; ++r) {
+      const int64_t row = row0 + r;
+      const int16_t* x_pairs = group_sums + row * groups + first * F::kHalves;
+      __m512i osum = _mm512_setzero_si512();  // sum over groups of mn * X
+      for (int p = 0; p < kPairs; ++p) osum = _mm512_dpwssd_epi32(osum, pairs[p], broadcast4(x_pairs + 2 * p));
+      __m512 t;
+      if constexpr (F::kSym) {
+        t = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(isum[r], _mm512_mullo_epi32(osum, _mm512_set1_epi32(F::kZero)))));
+      } else {
+        t = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum[r]), _mm512_mul_ps(m, _mm512_cvtepi32_ps(osum)));
+      }
+      float* o = out + row * n + n0;
+      _mm512_storeu_ps(o, _mm512_fmadd_ps(t, _mm512_set1_ps(a.scale[row * blocks + first]), _mm512_loadu_ps(o)));
+    }
+  }
+}
+
 constexpr int kRowChunk = 8;
 
 #elif SPECDEC_QGEMM_AVX2
-inline __m256i broadcast4(const int8_t* p) {
+inline __m256i broadcast4(const void* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
   return _mm256_set1_epi32(v);
@@ -305,109 +349,152 @@ inline __m256i broadcast4(const int8_t* p) {
 inline __m256i dot4(__m256i w, __m256i x, __m256i ones) {  // per 32-bit lane: 4 products u8 * s8, summed
   return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), ones);
 }
-inline __m256 int8_to_ps(const uint8_t* p) {  // 8 int8 -> 8 float
-  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+inline __m256i int8_to_epi32(const uint8_t* p) {  // 8 int8 -> 8 int32
+  return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 }
 inline __m256 half_to_ps(const uint8_t* p) {  // 8 float16 -> 8 float
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-// As the AVX-512 version, one side of 8 outputs at a time. Pairs of u8 * s8 products stay within
-// int16: codes are at most 63, and 8-bit codes are split into two nibbles.
+// As the AVX-512 version, for the outputs 8 side .. 8 side + 7 of the tile. Pairs of u8 * s8
+// products stay within int16: codes are at most 63, and 8-bit codes are split into two nibbles.
+template <class F, int R, bool kSplit>
+inline void block_dots(const uint8_t* blk, int side, const int8_t* x0, int64_t k, __m256i* dot0, __m256i* dot1) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F), top2 = _mm256_set1_epi8(0x30), ones = _mm256_set1_epi16(1);
+  for (int r = 0; r < R; ++r) dot0[r] = dot1[r] = _mm256_setzero_si256();
+  const auto accumulate = [&](int r, bool second, __m256i products) {
+    if (kSplit && second) dot1[r] = _mm256_add_epi32(dot1[r], products);
+    else dot0[r] = _mm256_add_epi32(dot0[r], products);
+  };
+  if constexpr (F::kBits == 8) {  // u = 16 h + l: two products of codes <= 15 (maddubs would saturate at 255)
+    for (int g = 0; g < 8; ++g) {
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + g * 64 + side * 32));
+      const __m256i lo = _mm256_and_si256(w, low4);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), low4);
+      for (int r = 0; r < R; ++r) {
+        const __m256i x = broadcast4(x0 + r * k + 4 * g);
+        accumulate(r, g >= 4, _mm256_add_epi32(_mm256_slli_epi32(dot4(hi, x, ones), 4), dot4(lo, x, ones)));
+      }
+    }
+    return;
+  }
+  [[maybe_unused]] __m256i planes[2];
+  if constexpr (F::kBits == 6) {
+    planes[0] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 256 + side * 32));
+    planes[1] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 320 + side * 32));
+  }
+  for (int j = 0; j < 4; ++j) {
+    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + j * 64 + side * 32));
+    __m256i lo = _mm256_and_si256(raw, low4);
+    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+    if constexpr (F::kBits == 6) {
+      const __m256i high = j % 2 ? _mm256_srli_epi16(planes[j / 2], 4) : planes[j / 2];
+      lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(high, 4), top2));
+      hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(high, 2), top2));
+    }
+    for (int r = 0; r < R; ++r) {
+      accumulate(r, false, dot4(lo, broadcast4(x0 + r * k + 4 * j), ones));
+      accumulate(r, true, dot4(hi, broadcast4(x0 + r * k + 16 + 4 * j), ones));
+    }
+  }
+}
+
 template <class F, int R>
-void affine_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t k, int64_t row0, float* out,
-                 int64_t n, int64_t n0, const uint8_t* ahead) {
-  const __m256i low4 = _mm256_set1_epi8(0x0F), top2 = _mm256_set1_epi8(0x30);
-  const __m256i ones = _mm256_set1_epi16(1);
+void block_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t k, int64_t row0, float* out,
+                int64_t n, int64_t n0, const uint8_t* ahead) {
   for (int side = 0; side < 2; ++side) {  // outputs n0 + 8 * side .. + 8
     __m256 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-    __m256 d = _mm256_setzero_ps(), m = _mm256_setzero_ps();
     for (int64_t b = 0; b < blocks; ++b) {
       const uint8_t* blk = block_of<F>(tile, b);
-      if constexpr (F::kSuper) {
-        if (b % 8 == 0) {
-          const uint8_t* header = header_at<F>(tile, b);
-          d = half_to_ps(header + 16 * side);
-          if constexpr (!F::kSym) m = half_to_ps(header + 32 + 16 * side);
-          if (ahead != nullptr && row0 == 0 && side == 0) prefetch_unit(header_at<F>(ahead, b), F::kHeaderBytes);
-        }
-      }
       if (ahead != nullptr && row0 == 0 && side == 0) prefetch_unit(block_of<F>(ahead, b), F::kBlockBytes);
-      const int8_t* x0 = a.q.data() + row0 * k + b * kBlock;
-      __m256i dot0[R], dot1[R];
-      for (int r = 0; r < R; ++r) dot0[r] = dot1[r] = _mm256_setzero_si256();
-      [[maybe_unused]] __m256i planes[2];
-      if constexpr (F::kBits == 6) {
-        planes[0] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 256 + side * 32));
-        planes[1] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 320 + side * 32));
-      }
-      if constexpr (F::kBits == 8) {  // u = 16 h + l: two products of codes <= 15 (maddubs would saturate at 255)
-        for (int g = 0; g < 8; ++g) {
-          const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + g * 64 + side * 32));
-          const __m256i lo = _mm256_and_si256(w, low4);
-          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), low4);
-          for (int r = 0; r < R; ++r) {
-            const __m256i x = broadcast4(x0 + r * k + 4 * g);
-            __m256i& dot = g < 4 ? dot0[r] : dot1[r];
-            dot = _mm256_add_epi32(dot, _mm256_add_epi32(_mm256_slli_epi32(dot4(hi, x, ones), 4), dot4(lo, x, ones)));
-          }
-        }
-      } else for (int j = 0; j < 4; ++j) {
-        const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + j * 64 + side * 32));
-        __m256i lo = _mm256_and_si256(raw, low4);
-        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
-        if constexpr (F::kBits == 6) {
-          const __m256i high = j % 2 ? _mm256_srli_epi16(planes[j / 2], 4) : planes[j / 2];
-          lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(high, 4), top2));
-          hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(high, 2), top2));
-        }
-        for (int r = 0; r < R; ++r) {
-          dot0[r] = _mm256_add_epi32(dot0[r], dot4(lo, broadcast4(x0 + r * k + 4 * j), ones));
-          dot1[r] = _mm256_add_epi32(dot1[r], dot4(hi, broadcast4(x0 + r * k + 16 + 4 * j), ones));
-        }
-      }
-      const uint8_t* params = blk + F::kCodeBytes;
-      __m256 s0, c0, s1, c1;
-      if constexpr (F::kHeaderScales) {
-        __m128i sc, mn;
-        header_scales(header_at<F>(tile, b), b, 8 * side, sc, mn);
-        s0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
-        c0 = _mm256_mul_ps(m, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(mn)));
-      } else if constexpr (F::kSuper && F::kSym) {
-        s0 = _mm256_mul_ps(d, int8_to_ps(params + 8 * side));
-        if constexpr (F::kHalves == 2) s1 = _mm256_mul_ps(d, int8_to_ps(params + 16 + 8 * side));
-      } else if constexpr (F::kSuper) {
-        s0 = _mm256_mul_ps(d, int8_to_ps(params + 8 * side));
-        c0 = _mm256_mul_ps(m, int8_to_ps(params + 16 + 8 * side));
-        if constexpr (F::kHalves == 2) {
-          s1 = _mm256_mul_ps(d, int8_to_ps(params + 32 + 8 * side));
-          c1 = _mm256_mul_ps(m, int8_to_ps(params + 48 + 8 * side));
-        }
-      } else {
-        s0 = half_to_ps(params + 16 * side);
-        if constexpr (!F::kSym) c0 = half_to_ps(params + 32 + 16 * side);
-      }
+      __m256i dot[R], unused[R];
+      block_dots<F, R, false>(blk, side, a.q.data() + row0 * k + b * kBlock, k, dot, unused);
+      const __m256 s = half_to_ps(blk + F::kCodeBytes + 16 * side);
+      [[maybe_unused]] __m256 c;
+      if constexpr (!F::kSym) c = half_to_ps(blk + F::kCodeBytes + 32 + 16 * side);
       for (int r = 0; r < R; ++r) {
         const int64_t at = (row0 + r) * blocks + b;
         __m256 t;
-        if constexpr (F::kSym && F::kHalves == 2) {
-          const __m256i zero0 = _mm256_set1_epi32(F::kZero * static_cast<int32_t>(a.half[2 * at]));
-          const __m256i zero1 = _mm256_set1_epi32(F::kZero * static_cast<int32_t>(a.half[2 * at + 1]));
-          t = _mm256_mul_ps(s0, _mm256_cvtepi32_ps(_mm256_sub_epi32(dot0[r], zero0)));
-          t = _mm256_fmadd_ps(s1, _mm256_cvtepi32_ps(_mm256_sub_epi32(dot1[r], zero1)), t);
-        } else if constexpr (F::kSym) {
-          const __m256i zero = _mm256_set1_epi32(F::kZero * static_cast<int32_t>(a.sum[at]));
-          t = _mm256_mul_ps(s0, _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_add_epi32(dot0[r], dot1[r]), zero)));
-        } else if constexpr (F::kHalves == 1) {
-          const __m256i dot = _mm256_add_epi32(dot0[r], dot1[r]);
-          t = _mm256_fmadd_ps(s0, _mm256_cvtepi32_ps(dot), _mm256_mul_ps(c0, _mm256_set1_ps(a.sum[at])));
+        if constexpr (F::kSym) {
+          const __m256i zero = _mm256_set1_epi32(F::kZero * static_cast<int32_t>(a.sum16[at]));
+          t = _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_sub_epi32(dot[r], zero)));
         } else {
-          t = _mm256_fmadd_ps(s0, _mm256_cvtepi32_ps(dot0[r]), _mm256_mul_ps(c0, _mm256_set1_ps(a.half[2 * at])));
-          t = _mm256_fmadd_ps(c1, _mm256_set1_ps(a.half[2 * at + 1]), t);
-          t = _mm256_fmadd_ps(s1, _mm256_cvtepi32_ps(dot1[r]), t);
+          t = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(dot[r]), _mm256_mul_ps(c, _mm256_set1_ps(a.sum[at])));
         }
         acc[r] = _mm256_fmadd_ps(t, _mm256_set1_ps(a.scale[at]), acc[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + (row0 + r) * n + n0 + 8 * side, acc[r]);
+  }
+}
+
+template <class F>
+inline void group_codes(const uint8_t* header, const uint8_t* blk, int64_t b, int side, __m256i* sc, __m256i* mn) {
+  if constexpr (F::kHeaderScales) {
+    __m128i sc8, mn8;
+    header_scales(header, b, 8 * side, sc8, mn8);
+    sc[0] = sc[1] = _mm256_cvtepu8_epi32(sc8);
+    mn[0] = mn[1] = _mm256_cvtepu8_epi32(mn8);
+  } else {
+    const uint8_t* params = blk + F::kCodeBytes;
+    constexpr int kGroupBytes = F::kSym ? 16 : 32;
+    for (int h = 0; h < F::kHalves; ++h) {
+      sc[h] = int8_to_epi32(params + kGroupBytes * h + 8 * side);
+      mn[h] = F::kSym ? sc[h] : int8_to_epi32(params + kGroupBytes * h + 16 + 8 * side);
+    }
+  }
+}
+
+template <class F, int R>
+void super_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t k, int64_t row0, float* out,
+                int64_t n, int64_t n0, const uint8_t* ahead) {
+  constexpr bool kSplit = F::kHalves == 2;
+  constexpr int kPairs = specdec::kSuperBlocks * F::kHalves / 2;
+  const int16_t* group_sums = kSplit ? a.half.data() : a.sum16.data();
+  const int64_t groups = blocks * F::kHalves;
+  const __m256i low16 = _mm256_set1_epi32(0xFFFF);
+  for (int side = 0; side < 2; ++side) {
+    __m256 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t first = 0; first < blocks; first += specdec::kSuperBlocks) {
+      const uint8_t* header = header_at<F>(tile, first);
+      if (ahead != nullptr && row0 == 0 && side == 0) prefetch_unit(header_at<F>(ahead, first), F::kHeaderBytes);
+      __m256i isum[R];
+      for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
+      __m256i pairs[kPairs];
+      __m256i even = _mm256_setzero_si256();
+      for (int64_t b = first; b < first + specdec::kSuperBlocks; ++b) {
+        const uint8_t* blk = block_of<F>(tile, b);
+        if (ahead != nullptr && row0 == 0 && side == 0) prefetch_unit(block_of<F>(ahead, b), F::kBlockBytes);
+        __m256i dot0[R], dot1[R];
+        block_dots<F, R, kSplit>(blk, side, a.q.data() + row0 * k + b * kBlock, k, dot0, dot1);
+        __m256i sc[2], mn[2];
+        group_codes<F>(header, blk, b, side, sc, mn);
+        for (int r = 0; r < R; ++r) {
+          isum[r] = _mm256_add_epi32(isum[r], _mm256_mullo_epi32(dot0[r], sc[0]));
+          if constexpr (kSplit) isum[r] = _mm256_add_epi32(isum[r], _mm256_mullo_epi32(dot1[r], sc[1]));
+        }
+        const int64_t i = b - first;
+        if constexpr (kSplit) pairs[i] = _mm256_or_si256(_mm256_and_si256(mn[0], low16), _mm256_slli_epi32(mn[1], 16));
+        else if (i % 2 == 0) even = mn[0];
+        else pairs[i / 2] = _mm256_or_si256(_mm256_and_si256(even, low16), _mm256_slli_epi32(mn[0], 16));
+      }
+      const __m256 d = half_to_ps(header + 16 * side);
+      [[maybe_unused]] __m256 m;
+      if constexpr (!F::kSym) m = half_to_ps(header + 32 + 16 * side);
+      for (int r = 0; r < R; ++r) {
+        const int64_t row = row0 + r;
+        const int16_t* x_pairs = group_sums + row * groups + first * F::kHalves;
+        __m256i osum = _mm256_setzero_si256();
+        for (int p = 0; p < kPairs; ++p) osum = _mm256_add_epi32(osum, _mm256_madd_epi16(pairs[p], broadcast4(x_pairs + 2 * p)));
+        __m256 t;
+        if constexpr (F::kSym) {
+          t = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[r], _mm256_mullo_epi32(osum, _mm256_set1_epi32(F::kZero)))));
+        } else {
+          t = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum[r]), _mm256_mul_ps(m, _mm256_cvtepi32_ps(osum)));
+        }
+        acc[r] = _mm256_fmadd_ps(t, _mm256_set1_ps(a.scale[row * blocks + first]), acc[r]);
       }
     }
     for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + (row0 + r) * n + n0 + 8 * side, acc[r]);
@@ -417,38 +504,66 @@ void affine_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int6
 constexpr int kRowChunk = 4;
 
 #else
-// The portable path: the same recipe one output at a time.
+// The portable path: the same recipes one output at a time.
+template <class F>
+inline void scalar_block_dots(const uint8_t* blk, int lane, const int8_t* xb, int32_t dot[2]) {
+  dot[0] = dot[1] = 0;
+  for (int i = 0; i < kBlock; ++i) dot[i / 16] += specdec::affine_code<F::kBits>(blk, lane, i) * xb[i];
+}
+
 template <class F, int R>
-void affine_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t k, int64_t row0, float* out,
-                 int64_t n, int64_t n0, const uint8_t* ahead) {
+void block_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t k, int64_t row0, float* out,
+                int64_t n, int64_t n0, const uint8_t* ahead) {
   (void)ahead;  // no prefetching in the portable path
   for (int r = 0; r < R; ++r)
     for (int lane = 0; lane < kTile; ++lane) {
       float acc = 0.f;
       for (int64_t b = 0; b < blocks; ++b) {
         const uint8_t* blk = block_of<F>(tile, b);
-        const int8_t* xb = a.q.data() + (row0 + r) * k + b * kBlock;
-        int32_t dot[2] = {0, 0};
-        for (int i = 0; i < kBlock; ++i) dot[i / 16] += specdec::affine_code<F::kBits>(blk, lane, i) * xb[i];
+        int32_t dot[2];
+        scalar_block_dots<F>(blk, lane, a.q.data() + (row0 + r) * k + b * kBlock, dot);
         float s[2], c[2];
         specdec::affine_params<F>(tile, b, lane, s, c);
         const int64_t at = (row0 + r) * blocks + b;
         float t;
-        if constexpr (F::kSym && F::kHalves == 2) {
-          t = s[0] * static_cast<float>(dot[0] - F::kZero * static_cast<int32_t>(a.half[2 * at]));
-          t = std::fma(s[1], static_cast<float>(dot[1] - F::kZero * static_cast<int32_t>(a.half[2 * at + 1])), t);
-        } else if constexpr (F::kSym) {
-          t = s[0] * static_cast<float>(dot[0] + dot[1] - F::kZero * static_cast<int32_t>(a.sum[at]));
-        } else if constexpr (F::kHalves == 1) {
-          t = std::fma(s[0], static_cast<float>(dot[0] + dot[1]), c[0] * a.sum[at]);
-        } else {
-          t = std::fma(s[0], static_cast<float>(dot[0]), c[0] * a.half[2 * at]);
-          t = std::fma(c[1], a.half[2 * at + 1], t);
-          t = std::fma(s[1], static_cast<float>(dot[1]), t);
-        }
+        if constexpr (F::kSym) t = s[0] * static_cast<float>(dot[0] + dot[1] - F::kZero * static_cast<int32_t>(a.sum16[at]));
+        else t = std::fma(s[0], static_cast<float>(dot[0] + dot[1]), c[0] * a.sum[at]);
         acc = std::fma(t, a.scale[at], acc);
       }
       out[(row0 + r) * n + n0 + lane] = acc;
+    }
+}
+
+template <class F, int R>
+void super_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t k, int64_t row0, float* out,
+                int64_t n, int64_t n0, const uint8_t* ahead) {
+  (void)ahead;
+  for (int r = 0; r < R; ++r)
+    for (int lane = 0; lane < kTile; ++lane) {
+      const int64_t row = row0 + r;
+      float acc = 0.f;
+      for (int64_t first = 0; first < blocks; first += specdec::kSuperBlocks) {
+        int32_t isum = 0, osum = 0;
+        float d = 0.f, m = 0.f;
+        for (int64_t b = first; b < first + specdec::kSuperBlocks; ++b) {
+          int32_t dot[2];
+          scalar_block_dots<F>(block_of<F>(tile, b), lane, a.q.data() + row * k + b * kBlock, dot);
+          int sc[2], mn[2];
+          specdec::super_params<F>(tile, b, lane, sc, mn, d, m);
+          const int* offsets = F::kSym ? sc : mn;  // symmetric: sum of sc * X, taken Z times
+          if constexpr (F::kHalves == 2) {
+            isum += dot[0] * sc[0] + dot[1] * sc[1];
+            osum += offsets[0] * a.half[(row * blocks + b) * 2] + offsets[1] * a.half[(row * blocks + b) * 2 + 1];
+          } else {
+            isum += (dot[0] + dot[1]) * sc[0];
+            osum += offsets[0] * a.sum16[row * blocks + b];
+          }
+        }
+        const float t = F::kSym ? d * static_cast<float>(isum - F::kZero * osum)
+                                : std::fma(d, static_cast<float>(isum), m * static_cast<float>(osum));
+        acc = std::fma(t, a.scale[row * blocks + first], acc);
+      }
+      out[row * n + n0 + lane] = acc;
     }
 }
 
@@ -461,7 +576,10 @@ template <class F, int R = kRowChunk>
 void tile_all_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t k, int64_t first, int64_t end,
                    float* out, int64_t n, int64_t n0, const uint8_t* ahead) {
   int64_t r = first;
-  for (; r + R <= end; r += R) affine_rows<F, R>(tile, blocks, a, k, r, out, n, n0, ahead);
+  for (; r + R <= end; r += R) {
+    if constexpr (F::kSuper) super_rows<F, R>(tile, blocks, a, k, r, out, n, n0, ahead);
+    else block_rows<F, R>(tile, blocks, a, k, r, out, n, n0, ahead);
+  }
   if constexpr (R > 1) {
     if (r < end) tile_all_rows<F, R / 2>(tile, blocks, a, k, r, end, out, n, n0, ahead);
   }
