@@ -55,6 +55,8 @@
 #define SPECDEC_QGEMM_AVX2 1
 #include <immintrin.h>
 #endif
+// Loops over the rows of a chunk (and a block's chunks) unrolled, so that each row's accumulators stay in registers.
+#define SPECDEC_UNROLL _Pragma("GCC unroll 16")
 
 namespace {
 
@@ -202,6 +204,7 @@ inline __m512i int8_to_epi32(const uint8_t* p) {  // 16 int8 -> 16 int32
 template <class F, int R, bool kSplit>
 inline void block_dots(const uint8_t* blk, const int8_t* x0, int64_t k, __m512i* dot0, __m512i* dot1) {
   const __m512i low4 = _mm512_set1_epi8(0x0F), top2 = _mm512_set1_epi8(0x30);
+  SPECDEC_UNROLL
   for (int r = 0; r < R; ++r) dot0[r] = dot1[r] = _mm512_setzero_si512();
   const auto accumulate = [&](int r, bool second, __m512i w, __m512i x) {
     if (kSplit && second) dot1[r] = _mm512_dpbusd_epi32(dot1[r], w, x);
@@ -210,6 +213,7 @@ inline void block_dots(const uint8_t* blk, const int8_t* x0, int64_t k, __m512i*
   if constexpr (F::kBits == 8) {
     for (int g = 0; g < 8; ++g) {
       const __m512i w = _mm512_loadu_si512(blk + g * 64);
+      SPECDEC_UNROLL
       for (int r = 0; r < R; ++r) accumulate(r, g >= 4, w, broadcast4(x0 + r * k + 4 * g));
     }
     return;
@@ -219,6 +223,7 @@ inline void block_dots(const uint8_t* blk, const int8_t* x0, int64_t k, __m512i*
     planes[0] = _mm512_loadu_si512(blk + 256);
     planes[1] = _mm512_loadu_si512(blk + 320);
   }
+  SPECDEC_UNROLL
   for (int j = 0; j < 4; ++j) {
     const __m512i raw = _mm512_loadu_si512(blk + j * 64);
     __m512i lo = _mm512_and_si512(raw, low4);                         // inputs 4j .. 4j+3
@@ -228,6 +233,7 @@ inline void block_dots(const uint8_t* blk, const int8_t* x0, int64_t k, __m512i*
       lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_slli_epi16(high, 4), top2));
       hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_slli_epi16(high, 2), top2));
     }
+    SPECDEC_UNROLL
     for (int r = 0; r < R; ++r) {
       accumulate(r, false, lo, broadcast4(x0 + r * k + 4 * j));
       accumulate(r, true, hi, broadcast4(x0 + r * k + 16 + 4 * j));
@@ -241,6 +247,7 @@ template <class F, int R>
 void block_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t k, int64_t row0, float* out,
                 int64_t n, int64_t n0, const uint8_t* ahead) {
   __m512 acc[R];
+  SPECDEC_UNROLL
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* blk = block_of<F>(tile, b);
@@ -250,6 +257,7 @@ void block_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64
     const __m512 s = half_to_ps(blk + F::kCodeBytes);
     [[maybe_unused]] __m512 c;
     if constexpr (!F::kSym) c = half_to_ps(blk + F::kCodeBytes + 32);
+    SPECDEC_UNROLL
     for (int r = 0; r < R; ++r) {
       const int64_t at = (row0 + r) * blocks + b;
       __m512 t;
@@ -262,6 +270,7 @@ void block_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64
       acc[r] = _mm512_fmadd_ps(t, _mm512_set1_ps(a.scale[at]), acc[r]);
     }
   }
+  SPECDEC_UNROLL
   for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + (row0 + r) * n + n0, acc[r]);
 }
 
@@ -294,11 +303,13 @@ void super_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64
   const int16_t* group_sums = kSplit ? a.half.data() : a.sum16.data();  // X per group [M, K / G]
   const int64_t groups = blocks * F::kHalves;
   const __m512i low16 = _mm512_set1_epi32(0xFFFF);
+  SPECDEC_UNROLL
   for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + (row0 + r) * n + n0, _mm512_setzero_ps());
   for (int64_t first = 0; first < blocks; first += specdec::kSuperBlocks) {
     const uint8_t* header = header_at<F>(tile, first);
     if (ahead != nullptr && row0 == 0) prefetch_unit(header_at<F>(ahead, first), F::kHeaderBytes);
     __m512i isum[R];  // sum over groups of sc * I
+    SPECDEC_UNROLL
     for (int r = 0; r < R; ++r) isum[r] = _mm512_setzero_si512();
     __m512i pairs[kPairs];  // per output, int16 mn of groups 2p (low half) and 2p + 1
     __m512i even = _mm512_setzero_si512();
@@ -309,6 +320,7 @@ void super_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64
       block_dots<F, R, kSplit>(blk, a.q.data() + row0 * k + b * kBlock, k, dot0, dot1);
       __m512i sc[2], mn[2];
       group_codes<F>(header, blk, b, sc, mn);
+      SPECDEC_UNROLL
       for (int r = 0; r < R; ++r) {
         isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(dot0[r], sc[0]));
         if constexpr (kSplit) isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(dot1[r], sc[1]));
@@ -321,10 +333,12 @@ void super_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64
     const __m512 d = half_to_ps(header);
     [[maybe_unused]] __m512 m;
     if constexpr (!F::kSym) m = half_to_ps(header + 32);
+    SPECDEC_UNROLL
     for (int r = 0; r < R; ++r) {
       const int64_t row = row0 + r;
       const int16_t* x_pairs = group_sums + row * groups + first * F::kHalves;
       __m512i osum = _mm512_setzero_si512();  // sum over groups of mn * X
+      SPECDEC_UNROLL
       for (int p = 0; p < kPairs; ++p) osum = _mm512_dpwssd_epi32(osum, pairs[p], broadcast4(x_pairs + 2 * p));
       __m512 t;
       if constexpr (F::kSym) {
@@ -361,6 +375,7 @@ inline __m256 half_to_ps(const uint8_t* p) {  // 8 float16 -> 8 float
 template <class F, int R, bool kSplit>
 inline void block_dots(const uint8_t* blk, int side, const int8_t* x0, int64_t k, __m256i* dot0, __m256i* dot1) {
   const __m256i low4 = _mm256_set1_epi8(0x0F), top2 = _mm256_set1_epi8(0x30), ones = _mm256_set1_epi16(1);
+  SPECDEC_UNROLL
   for (int r = 0; r < R; ++r) dot0[r] = dot1[r] = _mm256_setzero_si256();
   const auto accumulate = [&](int r, bool second, __m256i products) {
     if (kSplit && second) dot1[r] = _mm256_add_epi32(dot1[r], products);
@@ -371,6 +386,7 @@ inline void block_dots(const uint8_t* blk, int side, const int8_t* x0, int64_t k
       const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + g * 64 + side * 32));
       const __m256i lo = _mm256_and_si256(w, low4);
       const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), low4);
+      SPECDEC_UNROLL
       for (int r = 0; r < R; ++r) {
         const __m256i x = broadcast4(x0 + r * k + 4 * g);
         accumulate(r, g >= 4, _mm256_add_epi32(_mm256_slli_epi32(dot4(hi, x, ones), 4), dot4(lo, x, ones)));
@@ -383,6 +399,7 @@ inline void block_dots(const uint8_t* blk, int side, const int8_t* x0, int64_t k
     planes[0] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 256 + side * 32));
     planes[1] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 320 + side * 32));
   }
+  SPECDEC_UNROLL
   for (int j = 0; j < 4; ++j) {
     const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + j * 64 + side * 32));
     __m256i lo = _mm256_and_si256(raw, low4);
@@ -392,6 +409,7 @@ inline void block_dots(const uint8_t* blk, int side, const int8_t* x0, int64_t k
       lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(high, 4), top2));
       hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(high, 2), top2));
     }
+    SPECDEC_UNROLL
     for (int r = 0; r < R; ++r) {
       accumulate(r, false, dot4(lo, broadcast4(x0 + r * k + 4 * j), ones));
       accumulate(r, true, dot4(hi, broadcast4(x0 + r * k + 16 + 4 * j), ones));
@@ -404,6 +422,7 @@ void block_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64
                 int64_t n, int64_t n0, const uint8_t* ahead) {
   for (int side = 0; side < 2; ++side) {  // outputs n0 + 8 * side .. + 8
     __m256 acc[R];
+    SPECDEC_UNROLL
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < blocks; ++b) {
       const uint8_t* blk = block_of<F>(tile, b);
@@ -413,6 +432,7 @@ void block_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64
       const __m256 s = half_to_ps(blk + F::kCodeBytes + 16 * side);
       [[maybe_unused]] __m256 c;
       if constexpr (!F::kSym) c = half_to_ps(blk + F::kCodeBytes + 32 + 16 * side);
+      SPECDEC_UNROLL
       for (int r = 0; r < R; ++r) {
         const int64_t at = (row0 + r) * blocks + b;
         __m256 t;
@@ -425,6 +445,7 @@ void block_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64
         acc[r] = _mm256_fmadd_ps(t, _mm256_set1_ps(a.scale[at]), acc[r]);
       }
     }
+    SPECDEC_UNROLL
     for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + (row0 + r) * n + n0 + 8 * side, acc[r]);
   }
 }
@@ -456,11 +477,13 @@ void super_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64
   const __m256i low16 = _mm256_set1_epi32(0xFFFF);
   for (int side = 0; side < 2; ++side) {
     __m256 acc[R];
+    SPECDEC_UNROLL
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
     for (int64_t first = 0; first < blocks; first += specdec::kSuperBlocks) {
       const uint8_t* header = header_at<F>(tile, first);
       if (ahead != nullptr && row0 == 0 && side == 0) prefetch_unit(header_at<F>(ahead, first), F::kHeaderBytes);
       __m256i isum[R];
+      SPECDEC_UNROLL
       for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
       __m256i pairs[kPairs];
       __m256i even = _mm256_setzero_si256();
@@ -471,6 +494,7 @@ void super_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64
         block_dots<F, R, kSplit>(blk, side, a.q.data() + row0 * k + b * kBlock, k, dot0, dot1);
         __m256i sc[2], mn[2];
         group_codes<F>(header, blk, b, side, sc, mn);
+        SPECDEC_UNROLL
         for (int r = 0; r < R; ++r) {
           isum[r] = _mm256_add_epi32(isum[r], _mm256_mullo_epi32(dot0[r], sc[0]));
           if constexpr (kSplit) isum[r] = _mm256_add_epi32(isum[r], _mm256_mullo_epi32(dot1[r], sc[1]));
@@ -483,10 +507,12 @@ void super_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64
       const __m256 d = half_to_ps(header + 16 * side);
       [[maybe_unused]] __m256 m;
       if constexpr (!F::kSym) m = half_to_ps(header + 32 + 16 * side);
+      SPECDEC_UNROLL
       for (int r = 0; r < R; ++r) {
         const int64_t row = row0 + r;
         const int16_t* x_pairs = group_sums + row * groups + first * F::kHalves;
         __m256i osum = _mm256_setzero_si256();
+        SPECDEC_UNROLL
         for (int p = 0; p < kPairs; ++p) osum = _mm256_add_epi32(osum, _mm256_madd_epi16(pairs[p], broadcast4(x_pairs + 2 * p)));
         __m256 t;
         if constexpr (F::kSym) {
@@ -497,6 +523,7 @@ void super_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64
         acc[r] = _mm256_fmadd_ps(t, _mm256_set1_ps(a.scale[row * blocks + first]), acc[r]);
       }
     }
+    SPECDEC_UNROLL
     for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + (row0 + r) * n + n0 + 8 * side, acc[r]);
   }
 }
