@@ -8,7 +8,9 @@
 
 They are compiled with the machine's compiler the first time they are needed (about a minute;
 announced on stderr) and cached under the specdec cache folder, keyed by torch's version, the
-instruction set and the sources. `SPECDEC_KERNEL_ISA=generic` builds for plain x86-64 with AVX2
+instruction set, the sources, the flags, the CPU and the Python version: what the binary depends
+on, not the tools on PATH, so a second shell or venv with another ninja loads the same build
+(a build says why it is needed). `SPECDEC_KERNEL_ISA=generic` builds for plain x86-64 with AVX2
 instead of this CPU's own instructions (tests use it to check the generic path);
 `SPECDEC_KERNELS=off` (the command line's `--no-compile`) disables the kernels.
 
@@ -22,6 +24,7 @@ import functools
 import hashlib
 import os
 import platform
+import sys
 import warnings
 from pathlib import Path
 
@@ -45,8 +48,11 @@ def kernel_isa() -> str:
 
 
 def build_name(isa: str) -> str:
-    """The build's name: the instruction set and a digest of the sources, flags and CPU."""
-    key = b"".join(source.read_bytes() for source in SOURCES) + " ".join(CFLAGS + ISA_FLAGS[isa]).encode() + (_cpu_flags() if isa == "native" else b"")
+    """The build's name: the instruction set and a digest of what the binary depends on — the sources,
+    the flags, the CPU (for `native`) and the Python ABI (torch's version names the folder). Not the
+    tools found on PATH: a build made with one ninja or shell serves every other."""
+    key = (b"".join(source.read_bytes() for source in SOURCES) + " ".join(CFLAGS + ISA_FLAGS[isa]).encode()
+           + (_cpu_flags() if isa == "native" else b"") + f"python{sys.version_info[0]}.{sys.version_info[1]}".encode())
     return f"specdec_invariant_{isa}_{hashlib.sha256(key).hexdigest()[:12]}"
 
 
@@ -64,13 +70,16 @@ def _load(isa: str):
 
     name = build_name(isa)
     build = cache_root() / "kernels" / f"torch-{torch.__version__}-{platform.machine()}" / name
-    built = _import_built(name, build / f"{name}.so")
+    library = build / f"{name}.so"
+    built = _import_built(name, library)
     if built is not None:
         return built
     from torch.utils import cpp_extension  # imports setuptools: half a second, only to build
 
+    reason = ("the build there could not be loaded (cut short?)" if library.exists() else
+              "no build yet of these sources for this CPU, Python and torch")
     build.mkdir(parents=True, exist_ok=True)
-    announce(f"compiling the batch-invariant CPU kernels once ({isa}; about a minute) into {build}")
+    announce(f"compiling the batch-invariant CPU kernels once ({isa}; about a minute) into {build}: {reason}")
     return cpp_extension.load(
         name=name, sources=[str(source) for source in SOURCES if source.suffix == ".cpp"], build_directory=str(build),
         extra_cflags=CFLAGS + ISA_FLAGS[isa], verbose=False,
