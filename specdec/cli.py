@@ -19,12 +19,14 @@ KIND_STYLES = {"accepted": "green", "corrected": "yellow", "bonus": "cyan", "tar
 
 
 class UsageError(SpecdecError):
-    pass
+    def __init__(self, message: str, prog: str = "specdec") -> None:
+        super().__init__(message)
+        self.prog = prog  # the (sub)command whose help answers it: "specdec generate"
 
 
 class Parser(argparse.ArgumentParser):
     def error(self, message: str):  # argparse's own errors: same one-line format, exit 2
-        raise UsageError(message)
+        raise UsageError(message, self.prog)
 
 
 def _version() -> str:
@@ -376,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
             console = errors
         return COMMANDS[args.command](args, console)
     except UsageError as err:
-        errors.print(f"specdec: error: {err}  (see specdec --help)", markup=False, highlight=False)
+        errors.print(f"{err.prog}: error: {err}  (see {err.prog} --help)", markup=False, highlight=False)
         return 2
     except SpecdecError as err:
         errors.print(f"specdec: error: {err}", markup=False, highlight=False)

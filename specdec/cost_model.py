@@ -20,7 +20,8 @@ measurement until the run's own rounds say otherwise. Draft costs are calibrated
 drafter and γ, from the seconds the engine's `propose` calls take (`observe_draft`). Measuring takes a few seconds; the result is cached as JSON under
 `$SPECDEC_COSTS_DIR` (default: `<specdec cache>/costs`), keyed by the machine (CPU or GPU model,
 threads, torch version), the model (its config and weight files), device, dtype and runtime. Draft
-costs are keyed by drafter name and measured the first time a drafter is used.
+costs are kept by drafter name with the digest of the drafter's own weights (a head, a draft model:
+`Drafter.weights_digest`), measured the first time a drafter is used and again when its weights change.
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ class Calibration:
 class CostModel:
     pass_seconds: dict[int, float]  # tokens scored → median seconds of a target pass
     draft_costs: dict[str, DraftCost] = field(default_factory=dict)
+    draft_weights: dict[str, str] = field(default_factory=dict)  # drafter name -> the weights its cost was measured with
     row_seconds: dict[int, float] = field(default_factory=dict)  # B → extra seconds of B rows over one (serving)
     key: str = ""
     description: dict = field(default_factory=dict)  # machine, model, when measured
@@ -170,6 +172,7 @@ class CostModel:
             "pass_seconds": {str(k): v for k, v in sorted(self.pass_seconds.items())},
             "draft_costs": {name: {"per_call": c.per_call, "per_token": c.per_token} for name, c in self.draft_costs.items()},
             "row_seconds": {str(b): v for b, v in sorted(self.row_seconds.items())},
+            "draft_weights": dict(sorted(self.draft_weights.items())),
         }
 
     @classmethod
@@ -178,6 +181,7 @@ class CostModel:
             pass_seconds={int(k): float(v) for k, v in data["pass_seconds"].items()},
             draft_costs={n: DraftCost(float(c["per_call"]), float(c["per_token"])) for n, c in data["draft_costs"].items()},
             row_seconds={int(b): float(v) for b, v in data.get("row_seconds", {}).items()},
+            draft_weights={str(n): str(d) for n, d in data.get("draft_weights", {}).items()},
             key=data["key"],
             description=data.get("description", {}),
         )
@@ -390,6 +394,13 @@ def load_or_measure(model, drafters: list, max_gamma: int, *, remeasure: bool = 
     batch_sizes = [b for b in BATCH_SIZES if b <= max_batch]
     pass_sizes = [k for k in range(1, largest + 1) if costs is None or k not in costs.pass_seconds]
     row_sizes = batch_sizes if costs is None or any(b not in costs.row_seconds for b in batch_sizes) else []
+    if costs is not None:  # a drafter whose weights changed since its cost was measured is measured again
+        for drafter in drafters:
+            digest = drafter.weights_digest()
+            if drafter.name in costs.draft_costs and digest is not None and costs.draft_weights.get(drafter.name) != digest:
+                announce(f"{drafter.name}'s weights are not the ones its drafting cost was measured with: measuring it again")
+                del costs.draft_costs[drafter.name]
+                costs.draft_calibration.pop(drafter.name, None)
     new_drafters = [d.name for d in drafters if costs is None or d.name not in costs.draft_costs]
     if pass_sizes or row_sizes or new_drafters:
         seconds = estimate_measuring(model.net, context, pass_sizes, row_sizes, len(new_drafters), repeats)
@@ -417,6 +428,9 @@ def load_or_measure(model, drafters: list, max_gamma: int, *, remeasure: bool = 
         if drafter.name not in costs.draft_costs:
             announce(f"measuring this machine's costs of drafting with {drafter.name}")
             costs.draft_costs[drafter.name] = measure_draft_cost(model, drafter, context, max_gamma, repeats)
+            digest = drafter.weights_digest()
+            if digest is not None:
+                costs.draft_weights[drafter.name] = digest
             changed = True
     if cache and changed:
         try:

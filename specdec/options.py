@@ -10,6 +10,9 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
+from specdec.drafter_kinds import check_drafter_spec, drafter_help
+
+
 def gamma_arg(text: str) -> int | str:
     if text == "auto":
         return text
@@ -21,9 +24,7 @@ def gamma_arg(text: str) -> int | str:
 def add_target_args(p: argparse.ArgumentParser) -> None:
     """The target model and the drafter: what every model command loads."""
     p.add_argument("--model", default="smollm2-135m", help="built-in name, Hugging Face folder or .gguf file (default: smollm2-135m)")
-    p.add_argument("--drafter", default="ngram",
-                   help="none | ngram[:N] | draft:MODEL | early:L | suffix[:CORPUS] | eagle[:HEAD] | eagle-tree[:HEAD] | "
-                        "medusa[:HEAD] | auto[:A,B,...] (default: ngram)")
+    p.add_argument("--drafter", default="ngram", help=drafter_help())
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default: cpu)")
     p.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16 (default: float32)")
     p.add_argument("--runtime", default="lean", help="lean | transformers (default: lean)")
@@ -82,6 +83,7 @@ def load_engine(args, console):
     from specdec.engine import Engine
     from specdec.runtime import load_model
 
+    check_drafter_spec(args.drafter)  # a misspelled drafter fails before the model loads
     with console.status(f"loading {args.model}"):
         target = load_model(args.model, device=args.device, dtype=args.dtype, runtime=args.runtime, weights=args.weights,
                             kv_cache=args.kv_cache)

@@ -42,6 +42,50 @@ def test_measured_once_then_read_from_the_cache(tiny_target, costs_dir, monkeypa
     assert with_early.draft_costs["ngram"].per_token < with_early.draft_costs["early:1"].per_token
 
 
+class HeadLike(PromptLookupDrafter):
+    """A drafter with weights of its own, named as a head is: its digest stands for the head file's."""
+
+    def __init__(self, digest: str) -> None:
+        super().__init__()
+        self.name, self.digest = "eagle3", digest
+
+    def weights_digest(self) -> str:
+        return self.digest
+
+
+def test_a_changed_head_gets_its_own_measured_draft_cost(tiny_target, costs_dir, monkeypatch):
+    """Draft costs are kept with the weights they were measured with: the same name with other weights is
+    measured again (issue 30: a new head was priced as the old one); the same weights are read back.
+    Negative control: a drafter without weights (digest None) is never re-measured."""
+    measured = []
+    real = cost_model.measure_draft_cost
+
+    def counting(model, drafter, *args, **kwargs):
+        measured.append((drafter.name, drafter.weights_digest()))
+        return real(model, drafter, *args, **kwargs)
+
+    monkeypatch.setattr(cost_model, "measure_draft_cost", counting)
+    load_or_measure(tiny_target, [HeadLike("aaa"), PromptLookupDrafter()], max_gamma=2, repeats=1)
+    assert measured == [("eagle3", "aaa"), ("ngram", None)]
+    load_or_measure(tiny_target, [HeadLike("aaa"), PromptLookupDrafter()], max_gamma=2, repeats=1)
+    assert len(measured) == 2  # same weights: read from the cache
+    changed = load_or_measure(tiny_target, [HeadLike("bbb"), PromptLookupDrafter()], max_gamma=2, repeats=1)
+    assert measured[2:] == [("eagle3", "bbb")] and changed.draft_weights == {"eagle3": "bbb"}
+
+
+def test_module_digest_follows_the_weights(tiny_target):
+    import torch
+
+    from specdec.drafters.base import module_digest
+
+    layer = torch.nn.Linear(4, 3)
+    before = module_digest(layer)
+    assert module_digest(layer) == before
+    with torch.no_grad():
+        layer.weight[0, 0] += 1e-3
+    assert module_digest(layer) != before
+
+
 def test_a_corrupt_cache_file_is_measured_again(tiny_target, costs_dir):
     first = load_or_measure(tiny_target, [], max_gamma=2, repeats=1)
     path = costs_dir / f"{first.key}.json"

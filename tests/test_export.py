@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 
 import pytest
@@ -187,15 +188,17 @@ def test_eagle3_export_matches_the_engine_table(eagle3_folder, target8, tmp_path
     assert config["architectures"] == ["LlamaForCausalLMEagle3"] and config["num_hidden_layers"] == 1
     assert config["draft_vocab_size"] == 40 and config["vocab_size"] == 64 and config["target_hidden_size"] == 48
     assert config["max_position_embeddings"] == 256 and config["tie_word_embeddings"] is False
-    if fmt == "vllm":  # input of layer id, as ours
-        assert config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == AUX
-    elif fmt == "sglang":  # output of layer id: SGLang adds 1 when capturing
-        assert config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [a - 1 for a in AUX]
-    else:  # llama.cpp's converter reads the top level (PR #25794), input of layer id
-        assert config["eagle_aux_hidden_state_layer_ids"] == AUX
+    stored = {weights[name].dtype for name in weights if weights[name].is_floating_point()}
+    assert stored == {getattr(torch, config["torch_dtype"])}  # torch_dtype names the dtype the folder holds
+    ids = [a - 1 for a in AUX] if fmt == "sglang" else AUX  # SGLang: output of layer id (it adds 1 when capturing)
+    assert config["eagle_aux_hidden_state_layer_ids"] == ids  # top level: llama.cpp's converter (PR #25794), some vLLMs
+    if fmt != "llama.cpp":
+        assert config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == ids
     launch = (tmp_path / "out" / "launch.sh").read_text()
     subprocess.run(["bash", "-n", str(tmp_path / "out" / "launch.sh")], check=True)
     g, _ = best_gamma(sum(ALPHAS) / 3, ASSUMED_COST_RATIO, MAX_GAMMA)
+    if fmt == "sglang":  # an explicit dtype: `auto` would make the float32 draft float16 beside a bfloat16 target
+        assert re.search(r"--dtype (bfloat16|float16|float32) ", launch)
     assert {"vllm": f'"num_speculative_tokens": {g}', "sglang": f"--speculative-num-steps {g}",
             "llama.cpp": f"--spec-draft-n-max {g}"}[fmt] in launch
 

@@ -36,6 +36,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from specdec.drafter_kinds import check_drafter_spec, drafter_help
 from specdec.errors import SpecdecError
 
 DEFAULT_OUT = Path("bench-out")
@@ -69,7 +70,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a Spec-Bench .jsonl file, a text file (one prompt a line), or a built-in set: starter "
                         "(12 prompts, 2 of each Spec-Bench category) or humaneval (default: starter)")
     p.add_argument("--drafter", action="append", default=None,
-                   help="a drafter spec (repeatable; default: ngram); SPEC@G1,G2 runs it at these γ instead of --gamma")
+                   help="a drafter spec, repeatable: " + drafter_help() + "; SPEC@G1,G2 runs it at these γ instead of --gamma")
     p.add_argument("--gamma", type=gamma_list, default=["auto"], help="comma-separated γ: numbers and/or auto (default: auto)")
     p.add_argument("--temperature", type=temperature_list, default=[0.0], help="comma-separated; 0 = greedy (default: 0)")
     p.add_argument("--max-new-tokens", type=int, default=256)
@@ -115,6 +116,8 @@ def _check(args) -> None:
         raise SpecdecError(f"--repeats must be >= 1, got {args.repeats}")
     if args.per_category is not None and args.per_category < 1:
         raise SpecdecError(f"--per-category must be >= 1, got {args.per_category}")
+    for text in args.drafter or []:  # a misspelled drafter fails before the model and prompts load
+        check_drafter_spec(text.partition("@")[0])
     args.local = not args.endpoint or args.drafter is not None
     if not args.local and (args.assistant or args.baseline):
         raise SpecdecError("--assistant and --baseline run beside this project's decoding, which --endpoint alone "

@@ -27,15 +27,13 @@ from specdec.drafters.base import Draft, Drafter
 from specdec.drafters.draft_model import DraftModelDrafter
 from specdec.drafters.eagle import EagleDrafter, load_eagle3_head, load_eagle_head
 from specdec.drafters.early_exit import EarlyExitDrafter
+from specdec.drafter_kinds import DRAFTER_KINDS, check_drafter_spec
 from specdec.drafters.medusa import MedusaDrafter, load_medusa_heads
 from specdec.drafters.ngram import PromptLookupDrafter
 from specdec.drafters.suffix import SuffixDrafter, read_corpus
 from specdec.errors import ConfigError
 from specdec.runtime.loading import LanguageModel, load_model
 
-DRAFTER_KINDS = ("none", "ngram[:N]", "draft:MODEL", "early:L", "suffix[:PATH]", "eagle[:PATH]", "eagle-tree[:PATH]",
-                 "eagle3[:PATH]", "eagle3-chain[:PATH]", "medusa[:PATH]",
-                 "auto[:A,B,...]")
 TREE_BUDGET, TREE_TOP_K = 16, 4  # eagle-tree: nodes verified per round, candidates per expanded node
 SHIPPED_HEADS = Path(__file__).resolve().parent.parent / "heads" / "shipped"  # trained for the default model
 
@@ -102,11 +100,8 @@ def build_one(spec: str, target: LanguageModel, *, device: str, dtype: str, runt
     if kind == "medusa":
         folder = Path(arg).expanduser() if arg else shipped_head(target, "medusa")
         return MedusaDrafter(target, load_medusa_heads(folder, target), name=spec.strip())
-    import difflib
-
-    close = difflib.get_close_matches(kind, [k.split(":")[0].split("[")[0] for k in DRAFTER_KINDS], n=1)
-    hint = f"did you mean '{close[0]}{':' + arg if arg else ''}'? " if close else ""
-    raise ConfigError(f"unknown drafter '{spec}'; {hint}choose one of: {', '.join(DRAFTER_KINDS)}")
+    check_drafter_spec(spec)  # an unknown kind, named with the closest known one
+    raise ConfigError(f"unknown drafter '{spec}'; choose one of: {', '.join(DRAFTER_KINDS)}")  # e.g. none:ARG
 
 
 def shipped_head(target: LanguageModel, kind: str) -> Path:

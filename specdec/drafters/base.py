@@ -16,6 +16,7 @@ with a model of its own owns that model's cache and keeps it in step with `token
 from __future__ import annotations
 
 import copy
+import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -75,6 +76,11 @@ class Drafter(ABC):
     ) -> Draft:
         """Propose up to `max_tokens` ids to follow `tokens` (a drafter that `stops_early` also takes
         `keep_drafting`, see `draft_chain`)."""
+
+    def weights_digest(self) -> str | None:
+        """What the drafter's cost depends on beyond its name and the target: a digest of its own weights
+        (a head, a draft model), so that a changed head is measured anew; None for drafters without weights."""
+        return None
 
     def for_request(self) -> Drafter:
         """A drafter for one request, beside others in a batch: it shares what is read-only (weights, a
@@ -175,3 +181,12 @@ def draft_chain(
             break
     return Draft(drafted, None if params.greedy else torch.stack(probs),  # q: [k, V]
                  confidence=confidence if keep_drafting is not None else None)
+
+
+def module_digest(module: torch.nn.Module) -> str:
+    """A digest of a module's parameters and buffers (names, shapes, dtypes, bytes): 12 hex digits."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(module.state_dict().items()):
+        digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}".encode())
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:12]

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from specdec.drafters.base import Draft, Drafter, draft_chain
+from specdec.drafters.base import Draft, Drafter, draft_chain, module_digest
 from specdec.errors import ConfigError
 from specdec.heads.eagle import EagleConfig, EagleHead
 from specdec.heads.eagle3 import Eagle3Config, Eagle3Head
@@ -64,6 +64,7 @@ class EagleDrafter(Drafter):
             raise ConfigError("EAGLE drafting reads the target's features: it needs the lean runtime (--runtime lean)")
         self.net = target.net
         self.name = name
+        self.head_digest = module_digest(head)  # the head as loaded: a changed head file is priced anew
         self.vocab_ids = head.vocab_ids  # [Vd] target ids
         # beside a quantized target the head's linears are quantized as finely (4-bit beside a Q4 GGUF): a
         # draft step costs what its weights' bytes do
@@ -94,6 +95,9 @@ class EagleDrafter(Drafter):
         self.cache: StaticKVCache | None = None
         self.features: torch.Tensor | None = None  # [max_len, hidden]: f_t of committed tokens
         self.known = 0  # features known for tokens [0, known)
+
+    def weights_digest(self) -> str:
+        return self.head_digest
 
     def begin(self, prompt_ids: list[int], max_len: int, target_cache=None) -> None:
         c = self.head.config

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from specdec.drafters.base import Draft, Drafter, full_vocabulary_logits
+from specdec.drafters.base import Draft, Drafter, full_vocabulary_logits, module_digest
 from specdec.errors import ConfigError
 from specdec.heads.files import load_module
 from specdec.heads.medusa import MedusaConfig, MedusaHeads
@@ -39,6 +39,7 @@ class MedusaDrafter(Drafter):
         self.net = target.net
         self.heads = heads
         self.name = name
+        self.head_digest = module_digest(heads)  # a changed head file is priced anew
         self.paths = paths if paths is not None else [p for p in DEFAULT_PATHS if len(p) <= heads.config.num_heads]
         deepest = max(len(p) for p in self.paths)
         if deepest > heads.config.num_heads:
@@ -48,6 +49,9 @@ class MedusaDrafter(Drafter):
         self.width = max(max(p) for p in self.paths) + 1  # candidates needed per head
         self.head_rows = self.net.lm_head_weight()[heads.vocab_ids].clone()  # [Vd, hidden]
         self.last_feature: torch.Tensor | None = None
+
+    def weights_digest(self) -> str:
+        return self.head_digest
 
     def begin(self, prompt_ids: list[int], max_len: int, target_cache=None) -> None:
         self.last_feature = None

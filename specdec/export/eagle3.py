@@ -97,7 +97,8 @@ def engine_aux_layers(config: Eagle3Config, fmt: str) -> list[int]:
 
 def config_json(config: Eagle3Config, fmt: str, target: Target, dtype: str) -> dict:
     """A LlamaConfig-style config.json as SpecForge writes it, with the aux layers where `fmt` reads them
-    (vLLM and SGLang: eagle_config.eagle_aux_hidden_state_layer_ids; llama.cpp's converter: top level)."""
+    (vLLM and SGLang: eagle_config.eagle_aux_hidden_state_layer_ids; llama.cpp's converter and some vLLM
+    versions: the top level; both written). `dtype`: the dtype the tensors are stored in."""
     out = {
         "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "num_hidden_layers": 1,
         "hidden_size": config.hidden_size, "intermediate_size": config.intermediate_size,
@@ -109,8 +110,7 @@ def config_json(config: Eagle3Config, fmt: str, target: Target, dtype: str) -> d
         "mlp_bias": False, "norm_before_residual": False, "torch_dtype": dtype,
     }
     ids = engine_aux_layers(config, fmt)
-    if fmt == "llama.cpp":
-        out["eagle_aux_hidden_state_layer_ids"] = ids
-    else:
+    out["eagle_aux_hidden_state_layer_ids"] = ids  # top level: llama.cpp's converter, and vLLM in some versions
+    if fmt != "llama.cpp":
         out["eagle_config"] = {"use_aux_hidden_state": True, "eagle_aux_hidden_state_layer_ids": ids}
     return out

@@ -3,6 +3,7 @@ was not verified about its flags (from the engines' documentation and source; no
 
 from __future__ import annotations
 
+import json
 import shlex
 from pathlib import Path
 
@@ -13,7 +14,7 @@ HF_REPOS = {"smollm2-135m": "HuggingFaceTB/SmolLM2-135M-Instruct"}  # where a bu
 VERIFIED = {
     "vllm": "`vllm serve TARGET --speculative-config '{\"method\": ..., \"model\": ..., \"num_speculative_tokens\": N}'` "
             "and the methods eagle3 and medusa: vLLM's and its speculators' documentation",
-    "sglang": "--speculative-algorithm EAGLE3, --speculative-draft-model-path, --speculative-num-steps, "
+    "sglang": "--dtype (server_args), --speculative-algorithm EAGLE3, --speculative-draft-model-path, --speculative-num-steps, "
               "--speculative-eagle-topk, --speculative-num-draft-tokens: SGLang's speculative decoding documentation",
     "llama.cpp": "--spec-type draft-eagle3: llama.cpp's docs/speculative.md; convert_hf_to_gguf.py DIR "
                  "--target-model-dir: conversion/llama.py @ 0274f0fc7d7f (it refuses an EAGLE-3 folder without it). "
@@ -27,14 +28,25 @@ def served_target(target: Target) -> str:
     return HF_REPOS.get(target.spec.strip().lower(), str(target.folder.resolve()))
 
 
+def target_dtype(target: Target) -> str:
+    """The dtype the target's checkpoint names (its config.json's torch_dtype), bfloat16 when it names none."""
+    try:
+        named = json.loads((target.folder / "config.json").read_text()).get("torch_dtype")
+    except (OSError, ValueError):
+        named = None
+    return named if named in ("bfloat16", "float16", "float32") else "bfloat16"
+
+
 def commands(fmt: str, kind: str, out: Path, target: Target, gamma: int) -> list[str]:
     here, served = shlex.quote(str(out.resolve())), shlex.quote(served_target(target))
     if fmt == "vllm":
         method = "eagle3" if kind == "eagle3" else "medusa"
         spec = f'{{"method": "{method}", "model": "{out.resolve()}", "num_speculative_tokens": {gamma}}}'
         return [f"vllm serve {served} --speculative-config {shlex.quote(spec)}"]
-    if fmt == "sglang":  # a chain of γ drafts: top-1 per step, γ + 1 tokens verified
-        return [f"python -m sglang.launch_server --model-path {served} --speculative-algorithm EAGLE3 "
+    if fmt == "sglang":  # a chain of γ drafts: top-1 per step, γ + 1 tokens verified; --dtype: the draft is
+        # stored in float32 and SGLang's `auto` would make it float16 beside a bfloat16 target (PR #3431)
+        return [f"python -m sglang.launch_server --model-path {served} --dtype {target_dtype(target)} "
+                "--speculative-algorithm EAGLE3 "
                 f"--speculative-draft-model-path {here} --speculative-num-steps {gamma} "
                 f"--speculative-eagle-topk 1 --speculative-num-draft-tokens {gamma + 1}"]
     hf_dir = shlex.quote(str(target.folder.resolve()))
