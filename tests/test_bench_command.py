@@ -170,6 +170,14 @@ def test_a_miss_says_whether_it_stands_out_of_the_noise():
     assert paired_ratio({"tokens_per_second": [1.0]}, {"tokens_per_second": [1.0]}, 0.95) == ""  # one prompt: no spread
 
 
+def test_a_prediction_beyond_ten_percent_is_flagged():
+    from specdec.bench.metrics import predicted_cell
+
+    assert predicted_cell({"predicted_speedup": 1.07, "prediction_error": -0.1439, "off_prediction": True}) == "1.07 ⚠-14%"
+    assert predicted_cell({"predicted_speedup": 1.25, "prediction_error": 0.04, "off_prediction": False}) == "1.25"
+    assert predicted_cell({"predicted_speedup": None}) == "–"
+
+
 def test_a_tiny_bench_writes_report_plots_and_raw_results(tmp_path, tiny_folder, capsys):
     prompts = spec_bench_file(tmp_path / "p.jsonl", [
         {"question_id": 1, "category": "qa", "turns": ["t5 t9 t12 t5 t9"]},
@@ -187,6 +195,11 @@ def test_a_tiny_bench_writes_report_plots_and_raw_results(tmp_path, tiny_folder,
     assert all(m["identical"] == 2 for m in greedy["methods"].values())  # every method, greedy: plain's tokens
     assert set(greedy["by_category"]) == {"qa", "mt_bench"}
     assert greedy["methods"]["ngram γ=2"]["predicted_speedup"] is not None
+    for temperature in ("0", "1"):  # every predicted row, greedy and T = 1, carries its check against the measurement
+        for m in summary[temperature]["methods"].values():
+            if m.get("predicted_speedup") is not None:
+                assert m["prediction_error"] == pytest.approx(m["predicted_speedup"] / m["speedup_vs_plain"] - 1, abs=1e-3)
+                assert m["off_prediction"] == (abs(m["prediction_error"]) > 0.10)
     assert "identical" not in summary["1"]["methods"]["plain"]
     report = (out / "report.md").read_text()
     assert "## greedy (2 prompts)" in report and "## temperature 1 (2 prompts)" in report

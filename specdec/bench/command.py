@@ -286,7 +286,7 @@ def _print_table(summary: dict, console) -> None:
     from rich import box
     from rich.table import Table
 
-    from specdec.bench.metrics import HF_GENERATE, LLAMA_CPP, speedup_key
+    from specdec.bench.metrics import HF_GENERATE, LLAMA_CPP, predicted_cell, speedup_key
     from specdec.bench.report import baseline_heading
 
     for temperature, result in summary.items():
@@ -310,8 +310,7 @@ def _print_table(summary: dict, console) -> None:
                 cells.append(f"{m['speedup_vs_hf_generate']:.2f}")
             if has_llama:
                 cells.append(f"{m['speedup_vs_llama_cpp']:.2f}")
-            predicted = m.get("predicted_speedup")
-            cells += [f"{m[key]:.2f}", f"{predicted:.2f}" if predicted is not None else "–",
+            cells += [f"{m[key]:.2f}", predicted_cell(m),
                       f"{m['mean_accepted_tokens']:.2f}" if "mean_accepted_tokens" in m else "–",
                       f"{m['acceptance_rate']:.2f}" if m.get("acceptance_rate") is not None else "–"]
             if temperature == "0":

@@ -14,7 +14,9 @@ Definitions (Spec-Bench's where it has one):
     identical           greedy runs: prompts whose new tokens equal plain decoding's; for the
                         others, the first differing position. Endpoints: whose answer text equals
                         the first endpoint's (their tokens are not seen), the position a character's
-    predicted           `analysis.predicted_speedup` on the merged statistics and the cost model
+    predicted           `analysis.predicted_speedup` on the merged statistics and the cost model;
+                        prediction_error = predicted / measured × plain − 1, off_prediction when it is
+                        beyond ±PREDICTION_TOLERANCE (the tables flag such rows)
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from specdec.bench.runner import median_rate
 from specdec.stats import GenerationStats
 
 PLAIN = "plain"
+PREDICTION_TOLERANCE = 0.10  # a prediction further than 10% from the measured speed-up is flagged
 HF_GENERATE = "hf-generate"
 LLAMA_CPP = "llama.cpp"
 
@@ -113,6 +116,11 @@ def method_summary(rows: list[dict], name: str, costs=None) -> dict:
         if costs is not None:
             predicted = predicted_speedup(merged, costs)
             out["predicted_speedup"] = round(predicted, 4) if predicted is not None else None
+            measured = out.get("speedup_vs_plain")
+            if predicted is not None and measured:
+                error = predicted / measured - 1
+                out["prediction_error"] = round(error, 4)
+                out["off_prediction"] = abs(error) > PREDICTION_TOLERANCE
     peaks = [r["runs"][name].peak_memory_bytes for r in rows if r["runs"][name].peak_memory_bytes is not None]
     if peaks:
         out["peak_memory_mb"] = round(max(peaks) / 2**20, 1)
@@ -155,3 +163,11 @@ def summarize(rows: list[dict], costs_by_method: dict | None = None) -> dict:
             "by_category": by_category,
         }
     return out
+
+
+def predicted_cell(m: dict) -> str:
+    """A table's predicted × plain: the figure, marked ⚠ where it is beyond the tolerance of the measurement."""
+    predicted = m.get("predicted_speedup")
+    if predicted is None:
+        return "–"
+    return f"{predicted:.2f}" + (f" ⚠{m['prediction_error']:+.0%}" if m.get("off_prediction") else "")

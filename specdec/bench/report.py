@@ -16,7 +16,8 @@ import math
 import statistics
 from pathlib import Path
 
-from specdec.bench.metrics import HF_GENERATE, LLAMA_CPP, PLAIN, baseline_of, speedup_key
+from specdec.bench.metrics import (HF_GENERATE, LLAMA_CPP, PLAIN, PREDICTION_TOLERANCE, baseline_of, predicted_cell,
+                                   speedup_key)
 
 PLAIN_OVER_HF_TARGET = 1.3
 AUTO_WITHIN = 0.95
@@ -162,7 +163,7 @@ def markdown(summary: dict, header: dict, targets: bool = False) -> str:
                 cells.append(_fmt(m.get("speedup_vs_hf_generate")))
             if has_llama:
                 cells.append(_fmt(m.get("speedup_vs_llama_cpp")))
-            cells += [_fmt(m[key]), _fmt(m.get("predicted_speedup")), _fmt(m.get("mean_accepted_tokens")),
+            cells += [_fmt(m[key]), predicted_cell(m), _fmt(m.get("mean_accepted_tokens")),
                       _fmt(m.get("acceptance_rate")),
                       f"{m['draft_share']:.2f} / {m['verify_share']:.2f}" if "draft_share" in m else "–",
                       _fmt(m.get("peak_memory_mb"), ".0f", " MB")]
@@ -170,6 +171,9 @@ def markdown(summary: dict, header: dict, targets: bool = False) -> str:
                 cells.append(f"{m['identical']}/{result['prompts']}")
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
+        if any(m.get("off_prediction") for m in methods.values()):
+            lines += [f"⚠: the prediction (seed formula on the run's α, γ and measured costs) is more than "
+                      f"{PREDICTION_TOLERANCE:.0%} from the measured speed-up over plain decoding (the sign: predicted above or below).", ""]
         categories = list(result["by_category"])
         lines += [f"### {mode}: speed-up over {'plain decoding' if baseline == 'plain' else baseline} by category (MAT)", "",
                   "| method | " + " | ".join(f"{c} ({result['by_category'][c]['prompts']})" for c in categories) + " |",
