@@ -69,7 +69,7 @@ def main() -> None:
 
 def forget(path: Path) -> None:
     """Remove specdec's cached folder of this file (tokenizer, packed weights): the next load is a first one."""
-    from specdec.runtime.gguf_convert import cache_root
+    from specdec.cache_dir import cache_root
 
     for folder in (cache_root() / "gguf").glob(f"{path.stem}-{path.stat().st_size}-*"):
         shutil.rmtree(folder)

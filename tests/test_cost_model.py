@@ -8,7 +8,7 @@ import pytest
 
 from specdec import cost_model
 from specdec.analysis import drafter_breakdown
-from specdec.cost_model import CostModel, DraftCost, load_or_measure
+from specdec.cost_model import CostModel, DraftCost, load_or_measure, measure
 from specdec.drafters import EarlyExitDrafter, PromptLookupDrafter, build_drafters
 from specdec.errors import ConfigError
 from specdec.stats import GenerationStats
@@ -31,7 +31,7 @@ def test_measured_once_then_read_from_the_cache(tiny_target, costs_dir, monkeypa
     def no_measuring(*args, **kwargs):
         raise AssertionError("measured again")
 
-    monkeypatch.setattr(cost_model, "measure_pass_costs", no_measuring)
+    monkeypatch.setattr(measure, "measure_pass_costs", no_measuring)
     again = load_or_measure(tiny_target, [lookup], max_gamma=4)
     assert again.pass_seconds == first.pass_seconds
     # a new drafter is measured and added; the pass costs stay as cached
@@ -58,13 +58,13 @@ def test_a_changed_head_gets_its_own_measured_draft_cost(tiny_target, costs_dir,
     measured again (issue 30: a new head was priced as the old one); the same weights are read back.
     Negative control: a drafter without weights (digest None) is never re-measured."""
     measured = []
-    real = cost_model.measure_draft_cost
+    real = measure.measure_draft_cost
 
     def counting(model, drafter, *args, **kwargs):
         measured.append((drafter.name, drafter.weights_digest()))
         return real(model, drafter, *args, **kwargs)
 
-    monkeypatch.setattr(cost_model, "measure_draft_cost", counting)
+    monkeypatch.setattr(measure, "measure_draft_cost", counting)
     load_or_measure(tiny_target, [HeadLike("aaa"), PromptLookupDrafter()], max_gamma=2, repeats=1)
     assert measured == [("eagle3", "aaa"), ("ngram", None)]
     load_or_measure(tiny_target, [HeadLike("aaa"), PromptLookupDrafter()], max_gamma=2, repeats=1)
@@ -204,14 +204,14 @@ def test_measuring_more_sizes_adds_them_and_drops_nothing(tiny_target, costs_dir
     lookup = PromptLookupDrafter()
     served = load_or_measure(tiny_target, [lookup], max_gamma=2, repeats=1, max_batch=4)
     rows, drafts, passes = dict(served.row_seconds), dict(served.draft_costs), dict(served.pass_seconds)
-    measure = cost_model.measure_pass_costs
+    measure_passes = measure.measure_pass_costs
     asked = []
 
     def recording(net, context, sizes, repeats):
         asked.append(list(sizes))
-        return measure(net, context, sizes, repeats)
+        return measure_passes(net, context, sizes, repeats)
 
-    monkeypatch.setattr(cost_model, "measure_pass_costs", recording)
+    monkeypatch.setattr(measure, "measure_pass_costs", recording)
     wider = load_or_measure(tiny_target, [lookup], max_gamma=6, repeats=1, max_batch=4)
     assert asked == [[5, 6, 7]]
     assert wider.row_seconds == rows and wider.draft_costs == drafts

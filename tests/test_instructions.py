@@ -14,18 +14,15 @@ import pytest
 from specdec.cli import main
 from specdec.errors import SpecdecError
 from specdec.train.distill import answered_instructions, encode_prompts, load_sequences
-from specdec.train.instructions import (
-    generated_instructions,
-    instructions,
-    instructions_source,
-)
+from specdec.train.holdout import held_out_indices
+from specdec.train.instructions import instructions
 from specdec.train.instructions_v2 import (
     FAMILIES,
     FOLLOW_UPS,
     follow_up_conversations,
     instructions_v2,
 )
-from specdec.train.loop import held_out_indices
+from specdec.train.prompt_source import generated_instructions, instructions_source
 
 
 def digest(texts: list[str]) -> str:

@@ -29,9 +29,10 @@ from openai import OpenAI
 from specdec.cli import main
 from specdec.drafters import build_drafters
 from specdec.runtime import load_model
-from specdec.serve.app import GracefulServer, ServeSettings, Service
+from specdec.serve.app import GracefulServer
 from specdec.serve.load_test import run_load_test, speculation_setting
 from specdec.serve.scheduler import Scheduler, ServerBusy
+from specdec.serve.service import ServeSettings, Service
 
 MODEL = "tiny"
 CHAT_TEMPLATE = "{% for m in messages %}t2 {{ m['content'] }} {% endfor %}{% if add_generation_prompt %}t3{% endif %}"

@@ -28,8 +28,8 @@ from specdec.drafters.ngram import PromptLookupDrafter
 from specdec.engine import Engine, GenerationConfig
 from specdec.runtime import load_model
 from specdec.serve import scheduler as scheduler_module
-from specdec.serve.app import ServeSettings, Service
 from specdec.serve.memory import cache_bytes_per_slot
+from specdec.serve.service import ServeSettings, Service
 
 PROMPTS = [[5, 9, 12, 7, 5, 9, 12, 7, 5], [3, 4, 5, 3, 4, 5, 3], [8, 8, 8, 8, 8, 8]]
 
@@ -206,10 +206,10 @@ def test_nothing_is_measured_while_serving(chat_folder, monkeypatch):  # noqa: F
     def no_measuring(*args, **kwargs):
         raise AssertionError("measured while serving")
 
-    from specdec import cost_model
+    from specdec.cost_model import measure
 
     for name in ("measure_pass_costs", "measure_row_costs", "measure_draft_cost"):
-        monkeypatch.setattr(cost_model, name, no_measuring)
+        monkeypatch.setattr(measure, name, no_measuring)
     server = LiveServer(service)
     body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 12, "temperature": 0}
     allowed = [{}, {"drafter": "auto"}, {"gamma": 8}, {"max_gamma": 8}, {"drafter": "ngram"}, {"drafter": "suffix", "gamma": 3},

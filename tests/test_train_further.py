@@ -18,7 +18,8 @@ from specdec.train.distill import answered_instructions, load_sequences, read_an
 from specdec.train.instructions import passage_instructions
 from specdec.train.instructions_v2 import instructions_v2
 from specdec.train.eagle3 import grown_lm_head, vocabulary_of
-from specdec.train.loop import held_out_indices, load_split
+from specdec.train.holdout import held_out_indices
+from specdec.train.loop import load_split
 from whole_runs import PROMPT
 
 PASSAGES = [(f"question {i}?", f"passage {i} " + "word " * 20) for i in range(5)]

@@ -25,15 +25,12 @@ import numpy as np
 import torch
 
 from specdec.announce import announce
+from specdec.cache_dir import cache_root
 from specdec.errors import ModelLoadError
 
 CONVERSION_VERSION = 2
 ARCH_TO_HF = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
 FLOAT_WEIGHTS = "model.safetensors"
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("SPECDEC_CACHE_DIR") or Path.home() / ".cache" / "specdec")
 
 
 def unpermute_qk(weight: np.ndarray, num_heads: int) -> np.ndarray:

@@ -3,7 +3,11 @@
     schema.py     the request bodies (OpenAI's, plus the `speculation` extension), strictly checked
     scheduler.py  one generation at a time on a worker thread; a bounded line of waiting requests
     metrics.py    Prometheus counters and histograms
-    app.py        routes, errors in OpenAI's format, API keys, streaming by server-sent events
+    service.py    the settings, the loaded models and their engines, a request's speculation plan
+    guard.py      API keys, the body bound, the request counter (ASGI middleware)
+    responses.py  errors in OpenAI's format, answers as JSON or streamed by server-sent events
+    app.py        the routes and their checks; the uvicorn server with its graceful shutdown
     command.py    `specdec serve` and `specdec load-test` arguments
     load_test.py  concurrent streaming clients against a running server, every answer checked
+    addresses.py  which hosts are this machine (loopback)
 """

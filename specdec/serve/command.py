@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 import signal
 
 from specdec.errors import SpecdecError
 from specdec.options import add_json_arg, add_target_args, gamma_arg, load_engine
+from specdec.serve.addresses import is_loopback
 
 API_KEY_ENV = "SPECDEC_API_KEY"
 
@@ -77,17 +77,8 @@ def memory_line(service) -> str:
             f"(4k tokens: {service.rows_that_fit(min(4096, context))})")
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def build_service(args, console):
-    from specdec.serve.app import ServeSettings, Service
+    from specdec.serve.service import ServeSettings, Service
 
     engine = load_engine(args, console)
     settings = ServeSettings(model_id=args.model, api_key=args.api_key, max_pending=args.max_queue,

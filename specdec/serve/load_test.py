@@ -26,7 +26,7 @@ from urllib.parse import urlparse
 import httpx
 
 from specdec.errors import SpecdecError
-from specdec.serve.command import is_loopback
+from specdec.serve.addresses import is_loopback
 
 FIRST_RETRY_SECONDS = 0.1  # a 429 is retried after this, doubling up to the server's Retry-After, with jitter
 MEMORY_EVERY = 30.0  # seconds between readings of the server's memory in a run of a given duration

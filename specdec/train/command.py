@@ -211,15 +211,15 @@ def run(args, console) -> int:
 def prompt_list(args, target) -> tuple[list, str]:
     """The prompts to answer and how they were made (kept in the data's meta.json)."""
     from specdec.train.distill import META, answered_instructions
-    from specdec.train.instructions import instructions, instructions_source, passage_instructions, source_generator
-    from specdec.train.instructions_v2 import follow_up_conversations, instructions_v2
+    from specdec.train.instructions import passage_instructions
+    from specdec.train.instructions_v2 import follow_up_conversations
+    from specdec.train.prompt_source import GENERATORS, instructions_source, source_generator
 
     if args.passages is None and args.follow_ups is None:
         meta = args.data / META  # an existing folder keeps its generator
         made = source_generator(json.loads(meta.read_text()).get("prompt_source", "")) if meta.is_file() else None
         version = args.instructions or (made[0] if made else 2)
-        make = instructions if version == 1 else instructions_v2
-        return make(args.prompts, seed=args.seed), instructions_source(version, args.seed)
+        return GENERATORS[version](args.prompts, seed=args.seed), instructions_source(version, args.seed)
     option, folder = ("--passages", args.passages) if args.passages is not None else ("--follow-ups", args.follow_ups)
     if folder.resolve() == args.data.resolve():
         raise SpecdecError(f"{option} must name another data folder than --data (the one whose answers it reuses)")

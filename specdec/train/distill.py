@@ -31,6 +31,7 @@ from safetensors.torch import load_file, save_file
 
 from specdec.errors import SpecdecError
 from specdec.sampling import SamplingParams, logits_to_probs, sample
+from specdec.train.holdout import held_out_indices
 
 META = "meta.json"
 FLOAT16_MAX = 65504.0
@@ -288,10 +289,9 @@ def answered_instructions(folder: Path, target, *, min_tokens: int = 48, max_tem
     follow-up conversations (`instructions_v2.follow_up_conversations`). Answers shorter than
     `min_tokens`, sampled hotter than `max_temperature` or (with `ended_only`) cut off before the
     end token are left out, and so are the sequences a training with this `seed` holds out for
-    validation (`loop.split`, any share up to 5 %): data made from their answers would teach the
+    validation (`holdout.split`, any share up to 5 %): data made from their answers would teach the
     head its own validation answers."""
-    from specdec.train.instructions import generated_instructions
-    from specdec.train.loop import held_out_indices
+    from specdec.train.prompt_source import generated_instructions
 
     folder = Path(folder)
     meta = data_meta(folder, target)

@@ -10,7 +10,6 @@ generator, so a seed gives the same list on every machine.
 from __future__ import annotations
 
 import random
-import re
 
 TOPICS = [
     "photosynthesis", "the water cycle", "black holes", "volcanoes", "the French Revolution", "the printing press",
@@ -114,34 +113,6 @@ def instructions(count: int, seed: int = 0) -> list[str]:
     """`count` distinct instructions, the same list for the same seed."""
     return distinct(count, seed, lambda rng: rng.choice(TEMPLATES)(rng),
                     f"the templates cannot make {count} distinct instructions; ask for fewer")
-
-
-SOURCE_PREFIXES = {1: "instructions(seed=", 2: "instructions-v2(seed="}  # generator version → prompt_source
-
-
-def instructions_source(version: int, seed: int) -> str:
-    """How data made from generator `version` records its prompts (meta.json's prompt_source)."""
-    return f"{SOURCE_PREFIXES[version]}{seed})"
-
-
-def source_generator(source: str) -> tuple[int, int] | None:
-    """(generator version, seed) of a prompt_source written by `instructions_source`; None for
-    prompts made another way (passages, conversations)."""
-    match = re.fullmatch(r"(.*seed=)(-?\d+)\)", source)
-    version = next((v for v, prefix in SOURCE_PREFIXES.items() if match and match.group(1) == prefix), None)
-    return None if version is None else (version, int(match.group(2)))
-
-
-def generated_instructions(source: str, count: int) -> list[str] | None:
-    """The first `count` instructions a prompt_source written by `instructions_source` names; None
-    for prompts made another way."""
-    from specdec.train.instructions_v2 import instructions_v2
-
-    made = source_generator(source)
-    if made is None:
-        return None
-    version, seed = made
-    return (instructions if version == 1 else instructions_v2)(count, seed=seed)
 
 
 def distinct(count: int, seed: int, draw, shortage: str) -> list:

@@ -23,8 +23,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from specdec.errors import SpecdecError
-from specdec.runtime.gguf_convert import cache_root
+from specdec.cache_dir import cache_root
 from specdec.train.distill import Sequence, load_sequences
+from specdec.train.holdout import split
 
 CHECKPOINT_WEIGHTS, CHECKPOINT_STATE = "checkpoint.safetensors", "checkpoint.json"
 
@@ -101,27 +102,6 @@ def data_info(target, data_dir: Path | list[Path], data: Prepared) -> dict:
     return {"target": target.name, "data": [str(d) for d in data_dir] if isinstance(data_dir, list) else str(data_dir),
             "sequences": {"train": len(data.train), "validation": len(data.validation)},
             "draft_vocab_coverage": round(data.coverage, 4)}
-
-
-def split(sequences: list[Sequence], validation_share: float, seed: int) -> tuple[list[Sequence], list[Sequence]]:
-    order = shuffled(len(sequences), seed)
-    n_val = held_out_count(len(order), validation_share)
-    return [sequences[i] for i in order[n_val:]], [sequences[i] for i in order[:n_val]]
-
-
-def shuffled(count: int, seed: int) -> list[int]:
-    order = list(range(count))
-    random.Random(seed).shuffle(order)
-    return order
-
-
-def held_out_count(count: int, validation_share: float) -> int:
-    return max(1, int(count * validation_share)) if count > 1 else 0
-
-
-def held_out_indices(count: int, validation_share: float, seed: int) -> set[int]:
-    """The indices `split` holds out of `count` sequences (a larger share holds out a superset)."""
-    return set(shuffled(count, seed)[:held_out_count(count, validation_share)])
 
 
 def batches(sequences: list[Sequence], batch_tokens: int, max_len: int, seed: int | None) -> list[Batch]:

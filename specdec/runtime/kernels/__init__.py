@@ -66,7 +66,7 @@ def _load(isa: str):
     import torch
 
     from specdec.announce import announce
-    from specdec.runtime.gguf_convert import cache_root
+    from specdec.cache_dir import cache_root
 
     name = build_name(isa)
     build = cache_root() / "kernels" / f"torch-{torch.__version__}-{platform.machine()}" / name

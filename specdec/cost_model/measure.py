@@ -1,0 +1,201 @@
+"""Timing this machine: target passes over k tokens, passes over B rows, each drafter's proposals;
+and `load_or_measure`, which reads the cache file (`cache.py`) and measures only what it lacks.
+
+The seed formula charges a verification pass the same as a one-token pass; on a CPU it is not (on
+the reference machine a pass over 2 tokens costs 1.46 one-token passes, over 8 about 2:
+docs/bench/costs-output.txt), so the policy uses the measured curve. Measuring takes a few seconds;
+a drafter's cost is measured the first time it is used and again when its weights change.
+"""
+
+from __future__ import annotations
+
+import datetime
+import statistics
+import time
+
+import torch
+
+from specdec.announce import announce
+from specdec.cost_model.cache import cost_key, costs_dir, read_cached, write_cached
+from specdec.cost_model.model import BATCH_SIZES, CostModel, DraftCost, largest_pass
+from specdec.sampling import SamplingParams
+
+COST_CONTEXT = 256  # cached tokens before the timed passes: a typical prompt length
+
+
+def measure_pass_costs(net, context: int, sizes: list[int], repeats: int) -> dict[int, float]:
+    """Median seconds of a pass over `size` new tokens after `context` cached ones, per size."""
+    cache = net.new_cache(context + max(sizes))
+    ids = torch.randint(0, net.vocab_size, (1, context + max(sizes)), generator=torch.Generator().manual_seed(0))
+    net.forward(ids[:, :context].to(net.device), cache)
+    times: dict[int, list[float]] = {size: [] for size in sizes}
+    for _ in range(repeats + 1):  # sizes interleaved, so that machine drift hits all alike
+        for size in sizes:
+            block = ids[:, context : context + size].to(net.device)
+            start = time.perf_counter()
+            net.forward(block, cache)[0, -1, 0].item()  # .item() waits for an accelerator
+            times[size].append(time.perf_counter() - start)
+            cache.truncate(context)
+    return {size: statistics.median(t[1:]) for size, t in times.items()}  # the first sweep is a warm-up
+
+
+def measure_row_costs(net, context: int, sizes: list[int], repeats: int) -> tuple[dict[int, float], dict[int, float]]:
+    """(B → median seconds of a pass over B rows of one token, each after `context` cached ones, minus
+    a pass over one row of B tokens: what separate rows cost beyond their tokens; B → median seconds
+    of that one row of B tokens, a point of T(N) past the verification sizes)."""
+    from specdec.runtime.llama import Segment
+
+    ids = torch.randint(0, net.vocab_size, (context + max(sizes),), generator=torch.Generator().manual_seed(0)).to(net.device)
+    caches = [net.new_cache(context + max(sizes)) for _ in range(max(sizes))]
+    net.forward(ids[None, :context], caches[0])
+    for cache in caches[1:]:
+        cache.copy_from(caches[0])  # the same context, without prefilling it again
+    rows_times: dict[int, list[float]] = {size: [] for size in sizes}  # B rows of one token each
+    row_times: dict[int, list[float]] = {size: [] for size in sizes}  # one row of B tokens
+    for _ in range(repeats + 1):  # sizes interleaved, so that machine drift hits all alike
+        for size in sizes:
+            for times, segments in ((rows_times, [Segment(c, 1) for c in caches[:size]]),
+                                    (row_times, [Segment(caches[0], size)])):
+                start = time.perf_counter()
+                net.forward_segments(ids[context:context + size], segments, logit_rows=torch.tensor([0]))[0, 0].item()
+                times[size].append(time.perf_counter() - start)
+                for cache in caches[:size]:
+                    cache.truncate(context)
+    # the first sweep warms up; the extra cost of rows is taken sweep by sweep, then its median
+    extra = {size: [r - o for r, o in zip(rows_times[size][1:], row_times[size][1:])] for size in sizes}
+    one_row = {size: statistics.median(row_times[size][1:]) for size in sizes}
+    return {size: max(0.0, statistics.median(d)) for size, d in extra.items()}, one_row
+
+
+def measure_draft_cost(model, drafter, context: int, max_gamma: int, repeats: int) -> DraftCost:
+    """Time `drafter` proposing 1 and `max_gamma` tokens after a repetitive synthetic context.
+
+    The context repeats one random block, so that lookup drafters find matches and propose in
+    full. A drafter that drafts from the target's own layers gets the target's cache, prefilled."""
+    from specdec.drafters.base import Features
+    from specdec.runtime.llama import Segment
+
+    net = model.net
+    block = torch.randint(0, net.vocab_size, (37,), generator=torch.Generator().manual_seed(1)).tolist()
+    tokens = (block * (context // len(block) + 1))[:context]
+    max_len = context + max_gamma + 1
+    cache = net.new_cache(max_len)
+    drafter.begin(tokens, max_len, cache)
+    if drafter.wants_features:  # EAGLE, Medusa: the features of every token but the last
+        ids = torch.tensor(tokens[:-1], device=net.device)
+        out = net.forward_segments(ids, [Segment(cache, len(ids))], return_hidden=True, aux_layers=drafter.feature_layers)
+        drafter.accept_features(Features(out[1], out[2] if drafter.feature_layers else {}).for_drafter(drafter))
+    else:
+        net.forward(torch.tensor([tokens[:-1]], device=net.device), cache)  # every token but the last
+    greedy = SamplingParams()
+    generator = greedy.generator(net.device)
+
+    def timed(gamma: int) -> float:
+        times = []
+        for _ in range(repeats + 1):  # the first call of each size is a warm-up (and a catch-up)
+            start = time.perf_counter()
+            drafter.propose(tokens, gamma, greedy, generator)
+            times.append(time.perf_counter() - start)
+        return statistics.median(times[1:])
+
+    one, many = timed(1), timed(max_gamma)
+    per_token = max(0.0, (many - one) / (max_gamma - 1)) if max_gamma > 1 else 0.0
+    return DraftCost(per_call=max(0.0, one - per_token), per_token=per_token)
+
+
+PROBE_CONTEXT = 32  # cached tokens before the probe's passes (a short prefill: the probe only sizes the work)
+
+
+def estimate_measuring(net, context: int, pass_sizes: list[int], batch_sizes: list[int], drafters: int,
+                       repeats: int) -> float:
+    """Seconds the measurements of `load_or_measure` will take, from a probe timed now: a prefill of
+    PROBE_CONTEXT tokens, then passes over 1 token (twice: the first warms up) and over the most
+    tokens asked for; T(k) is taken as linear between and beyond them. Each measurement prefills
+    `context` tokens and runs `repeats` + 1 sweeps (passes over every size; for rows, B rows of one
+    token beside one row of B tokens, both priced at T(B)); each drafter to measure adds a prefill
+    and its proposals (not priced: a drafter costs less than the target)."""
+    largest, probe = max([*pass_sizes, *batch_sizes, 1]), min(PROBE_CONTEXT, context)
+    ids = torch.randint(0, net.vocab_size, (1, probe + largest), generator=torch.Generator().manual_seed(2))
+    cache = net.new_cache(probe + largest)
+    start = time.perf_counter()
+    net.forward(ids[:, :probe].to(net.device), cache)
+    prefill_per_token = (time.perf_counter() - start) / probe
+    timed = {}
+    for size in (1, 1, largest):
+        block = ids[:, probe:probe + size].to(net.device)
+        start = time.perf_counter()
+        net.forward(block, cache)[0, -1, 0].item()
+        timed[size] = time.perf_counter() - start
+        cache.truncate(probe)
+    slope = (timed[largest] - timed[1]) / (largest - 1) if largest > 1 else 0.0
+
+    def pass_seconds(k: int) -> float:
+        return timed[1] + max(0.0, slope) * (k - 1)
+
+    prefills = (1 if pass_sizes else 0) + (1 if batch_sizes else 0) + drafters
+    sweeps = (repeats + 1) * (sum(map(pass_seconds, pass_sizes)) + sum(2 * pass_seconds(b) for b in batch_sizes))
+    return prefills * context * prefill_per_token + sweeps
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
+def load_or_measure(model, drafters: list, max_gamma: int, *, remeasure: bool = False,
+                    repeats: int = 9, cache: bool = True, max_batch: int = 1, known: CostModel | None = None) -> CostModel:
+    """The cost model for `model` on this machine with these drafters: `known` (one in use) or the
+    cache's, with whatever it lacks measured now and added (nothing measured is dropped), or all of
+    it measured now. Passes are timed for 1 .. max_gamma + 1 tokens, or up to a tree drafter's node
+    budget + 1; with `max_batch` > 1 (a server), also the cost of separate rows up to that many."""
+    largest = largest_pass(drafters, max_gamma)
+    key, description = cost_key(model)
+    path = costs_dir() / f"{key}.json"
+    costs = None if remeasure else known
+    if costs is None and cache and not remeasure:
+        costs = read_cached(path, key)
+    changed = False
+    context = min(COST_CONTEXT, model.max_context - largest - 1)
+    batch_sizes = [b for b in BATCH_SIZES if b <= max_batch]
+    pass_sizes = [k for k in range(1, largest + 1) if costs is None or k not in costs.pass_seconds]
+    row_sizes = batch_sizes if costs is None or any(b not in costs.row_seconds for b in batch_sizes) else []
+    if costs is not None:  # a drafter whose weights changed since its cost was measured is measured again
+        for drafter in drafters:
+            digest = drafter.weights_digest()
+            if drafter.name in costs.draft_costs and digest is not None and costs.draft_weights.get(drafter.name) != digest:
+                announce(f"{drafter.name}'s weights are not the ones its drafting cost was measured with: measuring it again")
+                del costs.draft_costs[drafter.name]
+                costs.draft_calibration.pop(drafter.name, None)
+    new_drafters = [d.name for d in drafters if costs is None or d.name not in costs.draft_costs]
+    if pass_sizes or row_sizes or new_drafters:
+        seconds = estimate_measuring(model.net, context, pass_sizes, row_sizes, len(new_drafters), repeats)
+        announce(f"measuring this machine's costs once: about {_duration(seconds)}"
+                 + (f" and the drafting of {', '.join(new_drafters)}" if new_drafters else "")
+                 + f" (cached in {path}; later starts read it)")
+    if costs is None:
+        announce(f"measuring this machine's costs of target passes over 1..{largest} tokens")
+        measured_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        costs = CostModel(measure_pass_costs(model.net, context, list(range(1, largest + 1)), repeats), key=key,
+                          description={**description, "context": context, "measured_at": measured_at})
+        changed = True
+    elif pass_sizes:
+        announce(f"measuring this machine's costs of target passes over {pass_sizes[0]}..{pass_sizes[-1]} tokens "
+                 f"(added to {path})")
+        costs.pass_seconds.update(measure_pass_costs(model.net, context, pass_sizes, repeats))
+        changed = True
+    if row_sizes:
+        announce(f"measuring this machine's costs of passes over {', '.join(map(str, batch_sizes))} rows")
+        overheads, one_row = measure_row_costs(model.net, context, batch_sizes, repeats)
+        costs.row_seconds.update(overheads)
+        costs.pass_seconds.update({n: t for n, t in one_row.items() if n not in costs.pass_seconds})
+        changed = True
+    for drafter in drafters:
+        if drafter.name not in costs.draft_costs:
+            announce(f"measuring this machine's costs of drafting with {drafter.name}")
+            costs.draft_costs[drafter.name] = measure_draft_cost(model, drafter, context, max_gamma, repeats)
+            digest = drafter.weights_digest()
+            if digest is not None:
+                costs.draft_weights[drafter.name] = digest
+            changed = True
+    if cache and changed:
+        write_cached(path, costs)
+    return costs

@@ -1,0 +1,181 @@
+"""The cost model's numbers and its arithmetic: T(k), D_d(γ), T(B, N) and the predicted speed-up.
+
+The measured curve (`measure.py`) is a tight loop at one context length; a real round also pays for
+acceptance, commit and detokenizing, at the request's own context length. In the 30-prompt benchmark
+a round verifying 3.3 tokens cost 1.28 plain rounds where the curve said 1.8. So the engine reports
+the time of every round it runs (`observe_round`), and `target_pass` scales the measured T(k) by a
+running ratio observed / measured for that k (`Calibration`): the shape comes from the
+measurement until the run's own rounds say otherwise. Draft costs are calibrated the same way, per
+drafter and γ, from the seconds the engine's `propose` calls take (`observe_draft`). Calibrations
+live in memory only; `to_json` / `from_json` are what the cache file (`cache.py`) keeps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+FORMAT_VERSION = 1
+
+
+@dataclass
+class DraftCost:
+    per_call: float  # seconds spent once per proposal (a lookup's search, a model's catch-up)
+    per_token: float  # seconds per drafted token (one draft-model step)
+
+    def seconds(self, gamma: int) -> float:
+        return self.per_call + self.per_token * gamma if gamma else 0.0
+
+
+CALIBRATION_MEMORY = 0.97  # weight an observed round keeps per later observation of the same k
+CALIBRATION_PRIOR = 3.0  # observations' worth of weight the measured curve keeps for each k
+RATIO_LIMITS = (0.25, 4.0)  # an observed / measured ratio outside this is clipped (a stall, a page fault)
+
+
+@dataclass
+class Calibration:
+    """Running ratio (observed seconds) / (measured seconds) for each size, forgetting slowly. A size
+    is the k of a target pass T(k), or the γ of a drafter's proposal D(γ).
+
+    ratio(k) = (Σ_k discounted ratios + CALIBRATION_PRIOR · r̄) / (discounted count_k + CALIBRATION_PRIOR),
+    where r̄ is the same running ratio over all sizes (1 before any observation): a size never
+    observed takes the overall correction, and a few observations of its own move it towards them."""
+
+    per_size: dict[int, list[float]] = field(default_factory=dict)  # k → [discounted Σ ratio, discounted count]
+    overall: list[float] = field(default_factory=lambda: [0.0, 0.0])
+
+    def observe(self, tokens: int, ratio: float) -> None:
+        ratio = min(max(ratio, RATIO_LIMITS[0]), RATIO_LIMITS[1])
+        for total in (self.per_size.setdefault(tokens, [0.0, 0.0]), self.overall):
+            total[0] = total[0] * CALIBRATION_MEMORY + ratio
+            total[1] = total[1] * CALIBRATION_MEMORY + 1
+
+    def ratio(self, tokens: int) -> float:
+        overall = (self.overall[0] + CALIBRATION_PRIOR) / (self.overall[1] + CALIBRATION_PRIOR)
+        ratio_sum, count = self.per_size.get(tokens, (0.0, 0.0))
+        return (ratio_sum + CALIBRATION_PRIOR * overall) / (count + CALIBRATION_PRIOR)
+
+    @property
+    def observations(self) -> float:
+        return self.overall[1]
+
+
+@dataclass
+class CostModel:
+    pass_seconds: dict[int, float]  # tokens scored → median seconds of a target pass
+    draft_costs: dict[str, DraftCost] = field(default_factory=dict)
+    draft_weights: dict[str, str] = field(default_factory=dict)  # drafter name -> the weights its cost was measured with
+    row_seconds: dict[int, float] = field(default_factory=dict)  # B → extra seconds of B rows over one (serving)
+    key: str = ""
+    description: dict = field(default_factory=dict)  # machine, model, when measured
+    calibration: Calibration = field(default_factory=Calibration)  # T(k), from real rounds; never cached
+    draft_calibration: dict[str, Calibration] = field(default_factory=dict)  # drafter → D(γ)'s; never cached
+    calibrate: bool = True  # False: T(k), D(γ) stay as measured, so the policy's choices do not depend on timing
+
+    def target_pass(self, tokens: int) -> float:
+        """T(tokens): the measured curve scaled by what real rounds of this size cost (`Calibration`)."""
+        return self.measured_pass(tokens) * self.calibration.ratio(tokens)
+
+    def observe_round(self, tokens: int, seconds: float) -> None:
+        """A round that verified `tokens` tokens (1: a plain step) took `seconds`, draft excluded."""
+        if self.calibrate and seconds > 0:
+            self.calibration.observe(tokens, seconds / self.measured_pass(tokens))
+
+    def measured_pass(self, tokens: int) -> float:
+        """T(tokens) as measured (not smoothed: on a CPU, GEMM kernels make some sizes genuinely
+        cheaper than smaller ones); past the measured sizes, extended linearly."""
+        sizes = sorted(self.pass_seconds)
+        if tokens in self.pass_seconds:
+            return self.pass_seconds[tokens]
+        if tokens < sizes[0]:
+            return self.pass_seconds[sizes[0]]
+        first, last = sizes[0], sizes[-1]
+        if tokens > last:  # extrapolate with the mean growth per token over the measured range
+            growth = (self.pass_seconds[last] - self.pass_seconds[first]) / (last - first) if last > first else 0.0
+            return self.pass_seconds[last] + max(0.0, growth) * (tokens - last)
+        below = max(s for s in sizes if s < tokens)
+        above = min(s for s in sizes if s > tokens)
+        slope = (self.pass_seconds[above] - self.pass_seconds[below]) / (above - below)
+        return self.pass_seconds[below] + slope * (tokens - below)
+
+    def observe_draft(self, drafter: str, gamma: int, seconds: float) -> None:
+        """`drafter` took `seconds` to propose γ tokens in a real round."""
+        measured = self.draft_costs[drafter].seconds(gamma)
+        if self.calibrate and seconds > 0 and measured > 0:
+            self.draft_calibration.setdefault(drafter, Calibration()).observe(gamma, seconds / measured)
+
+    def draft_seconds(self, drafter: str, gamma: int) -> float:
+        """D_drafter(γ): the measured fit scaled by what real proposals of this γ cost."""
+        calibration = self.draft_calibration.get(drafter)
+        ratio = calibration.ratio(gamma) if calibration else 1.0
+        return self.draft_costs[drafter].seconds(gamma) * ratio
+
+    def row_overhead(self, rows: int) -> float:
+        """What `rows` separate rows cost beyond one row of as many tokens (0 for one row, or unmeasured)."""
+        if rows <= 1 or not self.row_seconds:
+            return 0.0
+        points = {1: 0.0, **self.row_seconds}
+        below = max(b for b in points if b <= rows)
+        above = min((b for b in points if b >= rows), default=None)
+        if above is None:  # past the measured sizes: the last measured cost per row
+            return points[below] / (below - 1) * (rows - 1)
+        if above == below:
+            return points[below]
+        return points[below] + (points[above] - points[below]) * (rows - below) / (above - below)
+
+    def batch_pass(self, rows: int, tokens: int) -> float:
+        """T(B, N): a pass over `rows` rows holding `tokens` tokens in all."""
+        return self.target_pass(tokens) + self.row_overhead(rows)
+
+    def predicted_speedup(self, drafter: str, gamma: int, expected_tokens: float, verified: int | None = None,
+                          rows: int = 1) -> float:
+        """Speed-up of the batch's goodput when one of its `rows` rows drafts γ tokens deep, verifies
+        `verified` draft tokens (default γ: a chain; a tree verifies all its nodes) and commits
+        `expected_tokens`, the others decoding plainly (`policy.py`); one row: over plain decoding."""
+        verified = gamma if verified is None else verified
+        seconds = self.batch_pass(rows, rows + verified) + self.draft_seconds(drafter, gamma)
+        return (expected_tokens + rows - 1) / rows * self.batch_pass(rows, rows) / seconds
+
+    def to_json(self) -> dict:
+        return {
+            "version": FORMAT_VERSION,
+            "key": self.key,
+            "description": self.description,
+            "pass_seconds": {str(k): v for k, v in sorted(self.pass_seconds.items())},
+            "draft_costs": {name: {"per_call": c.per_call, "per_token": c.per_token} for name, c in self.draft_costs.items()},
+            "row_seconds": {str(b): v for b, v in sorted(self.row_seconds.items())},
+            "draft_weights": dict(sorted(self.draft_weights.items())),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> CostModel:
+        return cls(
+            pass_seconds={int(k): float(v) for k, v in data["pass_seconds"].items()},
+            draft_costs={n: DraftCost(float(c["per_call"]), float(c["per_token"])) for n, c in data["draft_costs"].items()},
+            row_seconds={int(b): float(v) for b, v in data.get("row_seconds", {}).items()},
+            draft_weights={str(n): str(d) for n, d in data.get("draft_weights", {}).items()},
+            key=data["key"],
+            description=data.get("description", {}),
+        )
+
+
+def covers(costs: CostModel, largest: int) -> bool:
+    """Whether T(k) was measured for every k up to `largest`."""
+    return all(k in costs.pass_seconds for k in range(1, largest + 1))
+
+
+def largest_pass(drafters: list, max_gamma: int) -> int:
+    """Tokens in the largest verification pass: the last committed one and γ drafts, or a tree's nodes."""
+    return 1 + max([max_gamma] + [d.max_nodes for d in drafters])
+
+
+BATCH_SIZES = (2, 4, 8, 16, 32)  # rows at which T(B, N)'s per-row cost is measured
+
+
+def best_batch(costs: CostModel, largest: int = max(BATCH_SIZES), share: float = 0.95) -> int:
+    """The default bound on rows decoded together: the fewest measured rows whose plain decoding
+    reaches `share` of the best measured throughput (B / T(B, B)); more rows would add latency to
+    every row for little more throughput."""
+    sizes = [1] + [b for b in sorted(costs.row_seconds) if b <= largest]
+    throughput = {b: b / costs.batch_pass(b, b) for b in sizes}
+    best = max(throughput.values())
+    return min(b for b in sizes if throughput[b] >= share * best)
