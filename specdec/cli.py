@@ -14,6 +14,7 @@ import sys
 
 from specdec.errors import SpecdecError
 from specdec.options import add_json_arg, add_model_args, add_target_args, generation_config, load_engine, prepare_costs
+from specdec.terminal import figures_table, past_the_end, plural
 
 KIND_STYLES = {"accepted": "green", "corrected": "yellow", "bonus": "cyan", "target": ""}
 
@@ -130,7 +131,9 @@ def _summary(stats, console, title: str = "run", breakdown: list[dict] | None = 
         ("drafted / accepted", f"{stats.drafted} / {stats.accepted} (α = "
                                + (f"{stats.acceptance_rate:.2f})" if stats.drafted else "–: nothing drafted)")),
         ("α per position", per_pos),
-        ("MAT (tokens per pass)", f"{stats.mean_accepted_tokens:.2f}"),
+        ("MAT (tokens per pass)", f"{stats.mean_accepted_tokens:.2f} = {plural(stats.new_tokens, 'token')} / "
+                                  f"{plural(stats.target_passes, 'pass', 'passes')}, prefill included"),
+        *([("past the end", note)] if (note := past_the_end(stats)) else []),
         ("time: prefill / draft / verify", f"{stats.prefill_seconds:.2f} s / {stats.draft_seconds:.2f} s / {stats.verify_seconds:.2f} s"),
         ("tokens per second", f"{stats.tokens_per_second:.2f}"),
     ]
@@ -142,14 +145,10 @@ def _summary(stats, console, title: str = "run", breakdown: list[dict] | None = 
 
 
 def _breakdown(rows: list[dict], stats, console) -> None:
-    """Per drafter: the seed formula on the run's own α, γ, c next to the measured speed-up; the policy's choices."""
-    from rich import box
-    from rich.table import Table
-
-    table = Table(title="speed-up: seed formula on this run's own α, γ, f, c, v (docs/ARCHITECTURE.md) vs measured",
-                  box=box.SIMPLE_HEAD)
-    for col in ("drafter", "rounds", "f", "mean γ", "α", "c", "v", "predicted", "costed", "measured"):
-        table.add_column(col, justify="right")
+    """Per drafter, each × plain decoding's rate: the models on the run's own α, γ, c beside what its
+    rounds did (not the run's speed-up, which counts the prefill and every round); the policy's choices."""
+    table = figures_table("per drafter, × plain decoding's tokens per second", "drafter",
+                          ("rounds", "f", "γ", "α", "c", "v", "model", "costed", "its rounds"))
     for r in rows:
         measured = f"{r['measured_speedup']:.2f}×" if r["measured_speedup"] is not None else "-"
         table.add_row(r["drafter"], str(r["rounds"]), f"{r['drafting_share']:.2f}", str(r["gamma"]), f"{r['alpha']:.2f}",
@@ -157,17 +156,21 @@ def _breakdown(rows: list[dict], stats, console) -> None:
                       f"{r['costed_speedup']:.2f}×", measured)
     console.print(table)
     if rows:
-        console.print(f"[dim]f: share of rounds that drafted; mean γ: tokens drafted per drafting round; "
-                      f"c: draft cost per token / T(1); v: verify pass / T(1); "
-                      f"costed: the cost model with the acceptance as it happened; measured against: "
-                      f"{rows[0]['baseline']}[/dim]", highlight=False)
+        console.print(f"[dim]f: share of its rounds that drafted; γ: mean draft positions per drafting round; "
+                      f"c: draft cost per token / T(1); v: verify pass / T(1); model: the acceptance model's "
+                      f"prediction from α, γ, f, c, v (docs/ARCHITECTURE.md); costed: the cost model with the "
+                      f"acceptance as it happened; its rounds: the tokens its rounds committed per second of those "
+                      f"rounds. Each × is over plain decoding's rate (from: {rows[0]['baseline']}); none is the "
+                      f"speed-up, which is the whole run's (--compare)[/dim]",
+                      highlight=False, soft_wrap=False)
     plain = stats.by_drafter.get("plain")
     if plain:
         console.print(f"plain rounds chosen by the policy: {plain.rounds} of {stats.rounds}")
     for decision in stats.decisions[-6:]:
         console.print(f"[dim]round {decision['round']}: {decision['reason']}[/dim]", highlight=False)
     if len(stats.decisions) > 6:
-        console.print(f"[dim]({len(stats.decisions) - 6} earlier changes of choice not shown; --json has them)[/dim]")
+        console.print(f"[dim]({plural(len(stats.decisions) - 6, 'earlier change')} of choice not shown; --json has "
+                      "them)[/dim]")
 
 
 def cmd_generate(args, console) -> int:
@@ -185,7 +188,9 @@ def cmd_generate(args, console) -> int:
     prepare_costs(engine, config, console)
     if args.compare:
         warm_up(engine, prompt_ids, config)
-    console.print("[dim]legend:[/dim] [green]accepted draft[/green] [yellow]corrected[/yellow] [cyan]bonus[/cyan] target", highlight=False)
+    if console.is_terminal:  # the colours, and so their legend, only where they show
+        console.print("[dim]legend:[/dim] [green]accepted draft[/green] [yellow]corrected[/yellow] [cyan]bonus[/cyan] target",
+                      highlight=False)
     text, token_ids, stats = _stream(engine, prompt_ids, config, console)
     plain = None
     if args.compare:  # both timed the same way: quiet runs (the streamed one above also paid for the terminal)
@@ -207,7 +212,8 @@ def cmd_generate(args, console) -> int:
     if plain:
         _summary(plain.stats, console, title="plain decoding")
         speedup = stats.tokens_per_second / plain.stats.tokens_per_second
-        console.print(f"speed-up: {speedup:.2f}× ({stats.tokens_per_second:.2f} vs {plain.stats.tokens_per_second:.2f} tokens/s)")
+        console.print(f"speed-up: {speedup:.2f}× (the whole run: {stats.tokens_per_second:.2f} tokens/s, plain decoding: "
+                      f"{plain.stats.tokens_per_second:.2f})", highlight=False)
         if config.sampling.greedy:
             same = token_ids == plain.token_ids
             console.print(f"greedy outputs identical: {'yes' if same else 'NO'}", style="green" if same else "bold red")
@@ -256,7 +262,7 @@ def cmd_chat(args, console) -> int:
         prompt_ids = target.tokenizer.apply_chat_template(messages)
         reply, _, stats = _stream(engine, prompt_ids, config, console)
         console.print(
-            f"[dim]{stats.new_tokens} tokens, MAT {stats.mean_accepted_tokens:.2f}, "
+            f"[dim]{plural(stats.new_tokens, 'token')}, MAT {stats.mean_accepted_tokens:.2f}, "
             f"α {stats.acceptance_rate:.2f}, {stats.tokens_per_second:.1f} tokens/s[/dim]"
         )
         messages.append({"role": "assistant", "content": reply})
@@ -311,9 +317,8 @@ def cmd_costs(args, console) -> int:
     for size in sorted(costs.pass_seconds):
         table.add_row(str(size), f"{costs.pass_seconds[size] * 1000:.2f}", f"{costs.measured_pass(size) / one:.2f}")
     console.print(table)
-    drafts = Table(title="draft cost: per proposal + per drafted token")
-    for col in ("drafter", "per proposal (ms)", "per token (ms)", "c = per token / T(1)"):
-        drafts.add_column(col, justify="right")
+    drafts = figures_table("draft cost: per proposal + per drafted token", "drafter",
+                           ("per proposal (ms)", "per token (ms)", "c = per token / T(1)"))
     for d in engine.drafters:
         cost = costs.draft_costs[d.name]
         drafts.add_row(d.name, f"{cost.per_call * 1000:.3f}", f"{cost.per_token * 1000:.3f}", f"{cost.per_token / one:.3f}")

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from specdec.drafter_kinds import check_drafter_spec, drafter_help
 from specdec.errors import SpecdecError
+from specdec.terminal import plural
 
 DEFAULT_OUT = Path("bench-out")
 PARTIAL_RESULTS = "results.partial.jsonl"
@@ -207,7 +208,7 @@ def run(args, console) -> int:
     from specdec.bench.memory import PeakMemory
     from specdec.bench.metrics import summarize
     from specdec.bench.prompts import load_prompts
-    from specdec.bench.report import raw_rows, write_report
+    from specdec.bench.report import print_tables, raw_rows, write_report
     from specdec.bench.runner import run_bench
     from specdec.cost_model import machine_description
     from specdec.runtime import load_model
@@ -245,7 +246,8 @@ def run(args, console) -> int:
 
     try:
         with Progress(console=console, transient=True) as progress:
-            task = progress.add_task(f"{len(cases)} prompts × {len(methods_at)} temperatures", total=total)
+            task = progress.add_task(f"{plural(len(cases), 'prompt')} × {plural(len(methods_at), 'temperature')}",
+                                     total=total)
 
             def show(done, number, case, temperature, method):
                 at = f" at T = {temperature:g}" if len(methods_at) > 1 else ""
@@ -275,45 +277,9 @@ def run(args, console) -> int:
     }
     files = write_report(rows, summary, header, args.out_dir, targets=args.targets)
     partial.unlink()  # all of it is in results.jsonl now
-    _print_table(summary, console)
+    print_tables(summary, console)
     console.print("wrote " + ", ".join(str(f) for f in files))
     if args.json:
         print(json.dumps({"out_dir": str(args.out_dir), "summary": summary}))
     return 0
 
-
-def _print_table(summary: dict, console) -> None:
-    from rich import box
-    from rich.table import Table
-
-    from specdec.bench.metrics import HF_GENERATE, LLAMA_CPP, predicted_cell, speedup_key
-    from specdec.bench.report import baseline_heading
-
-    for temperature, result in summary.items():
-        table = Table(title=f"{result['prompts']} prompts, " + ("greedy" if temperature == "0" else f"T = {temperature}"),
-                      box=box.SIMPLE_HEAD, pad_edge=False)  # fits 80 columns with every baseline
-        has_hf, has_llama = HF_GENERATE in result["methods"], LLAMA_CPP in result["methods"]
-        has_ttft = any("time_to_first_token_seconds" in m for m in result["methods"].values())
-        key = speedup_key(result["baseline"])
-        cols = (["method", "tokens/s"] + (["TTFT s"] if has_ttft else []) + (["× hf"] if has_hf else [])
-                + (["× llama.cpp"] if has_llama else []) + [f"× {baseline_heading(result)}", "predicted", "MAT", "α"]
-                + (["identical"] if temperature == "0" else []))
-        table.add_column(cols[0], min_width=max(len(name) for name in result["methods"]))  # method names are never cut
-        for col in cols[1:]:
-            table.add_column(col, justify="right")
-        for name, m in result["methods"].items():
-            cells = [name, f"{m['tokens_per_second']['median']:.2f}"]
-            if has_ttft:
-                ttft = m.get("time_to_first_token_seconds")
-                cells.append(f"{ttft['median']:.3f}" if ttft else "–")
-            if has_hf:
-                cells.append(f"{m['speedup_vs_hf_generate']:.2f}")
-            if has_llama:
-                cells.append(f"{m['speedup_vs_llama_cpp']:.2f}")
-            cells += [f"{m[key]:.2f}", predicted_cell(m),
-                      f"{m['mean_accepted_tokens']:.2f}" if "mean_accepted_tokens" in m else "–",
-                      f"{m['acceptance_rate']:.2f}" if m.get("acceptance_rate") is not None else "–"]
-            if temperature == "0":
-                cells.append(f"{m['identical']}/{result['prompts']}")
-            table.add_row(*cells)
-        console.print(table)

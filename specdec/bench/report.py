@@ -18,6 +18,7 @@ from pathlib import Path
 
 from specdec.bench.metrics import (HF_GENERATE, LLAMA_CPP, PLAIN, PREDICTION_TOLERANCE, baseline_of, predicted_cell,
                                    speedup_key)
+from specdec.terminal import figures_table, plural
 
 PLAIN_OVER_HF_TARGET = 1.3
 AUTO_WITHIN = 0.95
@@ -136,6 +137,49 @@ def identity_heading(methods: dict) -> str:
     return endpoints[0] if len(endpoints) == len(methods) else f"plain (endpoints: {endpoints[0]})"
 
 
+def print_tables(summary: dict, console) -> None:
+    """The terminal's table per temperature (80 columns: short headings), then one legend for them."""
+    legend = {}  # heading → what it means, in the order first shown
+    for temperature, result in summary.items():
+        methods = result["methods"]
+        has_hf, has_llama = HF_GENERATE in methods, LLAMA_CPP in methods
+        has_ttft = any("time_to_first_token_seconds" in m for m in methods.values())
+        baseline, key = baseline_heading(result), speedup_key(result["baseline"])
+        over = f"×{baseline}" if len(baseline) <= 8 else "×base"  # an endpoint's label can be long
+        columns = {"tokens/s": "median over prompts",
+                   **({"TTFT s": "median time to first token"} if has_ttft else {}),
+                   **({"×hf": "speed-up over transformers' generate"} if has_hf else {}),
+                   **({"×llama": "speed-up over llama.cpp's plain decoding"} if has_llama else {}),
+                   over: f"speed-up over {'plain decoding' if baseline == PLAIN else baseline}",
+                   "predicted": f"the ×{PLAIN} the models predict from the run's α, γ and measured costs "
+                                f"(⚠: more than {PREDICTION_TOLERANCE:.0%} off)",
+                   "MAT": "tokens per target pass", "α": "accepted / drafted",
+                   **({"same": f"prompts whose greedy output is identical to {identity_heading(methods)}'s"}
+                      if temperature == "0" else {})}
+        for heading, meaning in columns.items():
+            legend.setdefault(heading, meaning)
+        mode = "greedy" if temperature == "0" else f"T = {temperature}"
+        table = figures_table(f"{plural(result['prompts'], 'prompt')}, {mode}", "method", list(columns))
+        for name, m in methods.items():
+            cells = [name, f"{m['tokens_per_second']['median']:.2f}"]
+            if has_ttft:
+                ttft = m.get("time_to_first_token_seconds")
+                cells.append(f"{ttft['median']:.3f}" if ttft else "–")
+            if has_hf:
+                cells.append(_fmt(m.get("speedup_vs_hf_generate")))
+            if has_llama:
+                cells.append(_fmt(m.get("speedup_vs_llama_cpp")))
+            cells += [_fmt(m[key]), predicted_cell(m), _fmt(m.get("mean_accepted_tokens")), _fmt(m.get("acceptance_rate"))]
+            if temperature == "0":
+                cells.append(f"{m['identical']}/{result['prompts']}")
+            table.add_row(*cells)
+        console.print(table)
+    if legend:
+        console.print("[dim]" + "; ".join(f"{heading}: {meaning}" for heading, meaning in legend.items())
+                      + ". Speed-ups are means of per-prompt ratios of tokens per second; report.md has more.[/dim]",
+                      highlight=False, soft_wrap=False)
+
+
 def markdown(summary: dict, header: dict, targets: bool = False) -> str:
     """The report; `targets` adds the section of this project's targets, met or missed."""
     lines = ["# specdec bench report", ""]
@@ -147,7 +191,7 @@ def markdown(summary: dict, header: dict, targets: bool = False) -> str:
         has_hf, has_llama = HF_GENERATE in methods, LLAMA_CPP in methods
         has_ttft = any("time_to_first_token_seconds" in m for m in methods.values())
         baseline, key = baseline_heading(result), speedup_key(result.get("baseline", PLAIN))
-        lines += [f"## {mode} ({result['prompts']} prompts)", ""]
+        lines += [f"## {mode} ({plural(result['prompts'], 'prompt')})", ""]
         cols = ["method", "tokens/s median [p25, p75]"] + (["first token s median [p25, p75]"] if has_ttft else []) + \
                (["× hf-generate"] if has_hf else []) + (["× llama.cpp"] if has_llama else []) + \
                [f"× {baseline}", "predicted × plain", "MAT", "α", "draft / verify share", "peak memory"] + \

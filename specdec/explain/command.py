@@ -7,6 +7,7 @@ from pathlib import Path
 
 from specdec.errors import SpecdecError
 from specdec.options import add_json_arg, add_model_args, generation_config, load_engine, prepare_costs, warm_up
+from specdec.terminal import plural
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -66,8 +67,8 @@ def run(args, console) -> int:
     output.write_text(render_page(data), encoding="utf-8")
     s = data["summary"]
     speedup = f", speed-up {s['speedup']:.2f}×" if s["speedup"] is not None else ""
-    console.print(f"{len(data['rounds']) - 1} rounds, {s['new_tokens']} tokens, MAT {s['mat']:.2f}, α {s['alpha']:.2f}"
-                  f"{speedup}; wrote {output}", highlight=False)
+    console.print(f"{plural(len(data['rounds']) - 1, 'round')}, {plural(s['new_tokens'], 'token')}, MAT {s['mat']:.2f}, "
+                  f"α {s['alpha']:.2f}{speedup}; wrote {output}", highlight=False)
     if args.json:
         print(json.dumps({"output": str(output), "summary": s}))
     return 0

@@ -177,15 +177,20 @@ document.addEventListener('keydown', (e) => {
 });
 
 function renderSummary() {
-  const s = data.summary, t = $('summary-table');
+  const s = data.summary, t = $('summary-table'), dropped = s.target_passes + s.accepted - s.new_tokens;
   const rows = [['new tokens', s.new_tokens], ['target passes', s.target_passes],
     ['drafted / accepted (draft positions: a tree counts its depth)', s.drafted + ' / ' + s.accepted],
     ['α (accepted / drafted)', fmt(s.alpha)],
     ...(s.verified_tokens !== s.drafted ? [['draft tokens verified (a tree: its nodes)', s.verified_tokens]] : []),
-    ['mean γ (draft positions per proposal)', fmt(s.mean_gamma, 2)], ['MAT (tokens per pass)', fmt(s.mat, 2)],
+    ['mean γ (draft positions per proposal)', fmt(s.mean_gamma, 2)],
+    ['MAT (tokens per pass)', fmt(s.mat, 2) + ' = ' + s.new_tokens + ' tokens / ' + s.target_passes + ' passes, prefill included'],
+    // each pass commits its accepted drafts and a token of the target's, but where the text ended partway through
+    // the last round (end of sequence, a stop string) the tokens after the end are not kept
+    ...(dropped > 0 ? [['past the end', 'not kept: ' + dropped + ' token' + (dropped === 1 ? '' : 's') + ' of the last round, ' +
+      'after the end of the text (MAT counts the kept tokens; accepted, every draft the target accepted)']] : []),
     ['tokens per second', fmt(s.tokens_per_second, 2)],
     ['plain decoding, tokens per second', s.plain_tokens_per_second === null ? 'not run' : fmt(s.plain_tokens_per_second, 2)],
-    ['measured speed-up', s.speedup === null ? 'not measured' : fmt(s.speedup, 2) + '×']];
+    ['speed-up (the whole run over plain decoding, run side by side)', s.speedup === null ? 'not measured' : fmt(s.speedup, 2) + '×']];
   rows.forEach(([k, v]) => { const tr = el('tr'); tr.appendChild(el('td', {}, k)); tr.appendChild(el('td', {}, String(v))); t.appendChild(tr); });
   const b = $('breakdown');
   s.breakdown.forEach(r => { const tr = el('tr');
@@ -226,10 +231,10 @@ BODY = """
   <section id="summary">
     <h2>Measured and predicted</h2>
     <table id="summary-table"></table>
-    <h2 style="margin-top:12px">Per drafter: the seed formula on this run's own numbers</h2>
-    <table><thead><tr><th>drafter</th><th>rounds</th><th>f</th><th>γ</th><th>α</th><th>c</th><th>v</th><th>predicted</th><th>costed</th><th>measured</th></tr></thead>
+    <h2 style="margin-top:12px">Per drafter, × plain decoding's tokens per second: the models on this run's own numbers, and its rounds</h2>
+    <table><thead><tr><th>drafter</th><th>rounds</th><th>f</th><th>γ</th><th>α</th><th>c</th><th>v</th><th>model</th><th>costed</th><th>its rounds</th></tr></thead>
     <tbody id="breakdown"></tbody></table>
-    <p class="hint">f: share of its rounds that drafted; c: draft cost per token / one target pass; v: a pass over the verified draft tokens + 1 (a chain: γ + 1; a tree: its nodes + 1) / a one-token pass; predicted: the seed formula with α, γ, c, v; costed: the cost model with the acceptance as it happened.</p>
+    <p class="hint">f: share of its rounds that drafted; c: draft cost per token / one target pass; v: a pass over the verified draft tokens + 1 (a chain: γ + 1; a tree: its nodes + 1) / a one-token pass; model: the acceptance model's prediction from α, γ, f, c, v; costed: the cost model with the acceptance as it happened; its rounds: the tokens its rounds committed per second of those rounds. Each is over plain decoding's rate; none is the speed-up above, which is the whole run's, the prefill and every round included.</p>
     <h2>Worked example</h2>
     <ul id="worked"></ul>
   </section>

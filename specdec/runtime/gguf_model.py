@@ -40,6 +40,7 @@ from specdec.runtime.quant import (
     pack_gguf_tensors,
 )
 from specdec.runtime.weight_formats import LAYER_SOURCES, WeightReport
+from specdec.terminal import plural
 
 LAYOUT_SOURCES = ("quant_formats.h", "gguf_pack.cpp")  # what the packed layouts depend on
 PLAN_VERSION = b"parts-1"  # the form of the packed file's plan (below), part of its name
@@ -177,7 +178,7 @@ def _write_packed(cache: Path, state: dict[str, torch.Tensor], plan: dict[str, l
             size = sum(f.stat().st_size for f in stale)
             for f in stale:
                 f.unlink(missing_ok=True)
-            announce(f"removed {len(stale)} packed file{'s' if len(stale) > 1 else ''} of an earlier layout "
+            announce(f"removed {plural(len(stale), 'packed file')} of an earlier layout "
                      f"({size / 1e9:.1f} GB) from {cache.parent}")
     except OSError as err:
         warnings.warn(f"specdec: could not keep the packed weights in {cache} ({err}); the next load packs again",

@@ -23,6 +23,7 @@ from specdec.errors import ConfigError
 from specdec.runtime.kernels import kernels_switched_off
 from specdec.runtime.packed_linear import pack_linears
 from specdec.runtime.quant import QuantizedLinear, quantize_int4, quantize_int8, quantized_kernels_available
+from specdec.terminal import plural
 
 WEIGHTS = ("auto", "float32", "bfloat16", "int8", "int4")
 # GGUF tensor names of each linear of layer i (fused layers list their parts in order)
@@ -48,7 +49,7 @@ class WeightReport:
         return {form for form, _ in self.layers}
 
     def summary(self) -> str:
-        return "; ".join(f"{n} linear{'s' if n > 1 else ''} {form} ({how})" for (form, how), n in sorted(self.layers.items()))
+        return "; ".join(f"{plural(n, 'linear')} {form} ({how})" for (form, how), n in sorted(self.layers.items()))
 
 
 class BFloat16Linear(nn.Module):

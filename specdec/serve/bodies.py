@@ -16,6 +16,8 @@ import re
 
 from pydantic import BaseModel, ValidationError
 
+from specdec.terminal import plural
+
 ON_LOOP_BYTES = 64 << 10  # bodies up to this size are parsed on the event loop (well under a millisecond)
 SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none"}  # union members pydantic names in a location
@@ -95,7 +97,7 @@ def validation_error(exc: ValidationError) -> ApiError:
         message, code = f"{param or 'body'}: {first.get('msg')}", "invalid_value"
     others = len({field_path(e.get("loc", ())) for e in errors[1:]} - {param})  # a union's members are one field
     if others:
-        message += f" (and {others} more field{'s' if others > 1 else ''} with problems)"
+        message += f" (and {plural(others, 'more field')} with problems)"
     return ApiError(400, message, code=code, param=param)
 
 

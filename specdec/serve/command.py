@@ -9,6 +9,7 @@ import signal
 from specdec.errors import SpecdecError
 from specdec.options import add_json_arg, add_target_args, gamma_arg, load_engine
 from specdec.serve.addresses import is_loopback
+from specdec.terminal import plural
 
 API_KEY_ENV = "SPECDEC_API_KEY"
 
@@ -72,8 +73,8 @@ def memory_line(service) -> str:
     if budget is None:
         return f"{per_token}; no memory bound (this machine does not say what it has available; set --kv-memory)"
     full = service.rows_that_fit(context)
-    return (f"{per_token}; {budget / (1 << 30):.1f} GiB for the requests' caches (--kv-memory): {full} "
-            f"request{'s' if full != 1 else ''} of the full {context}-token context at once, more of shorter ones "
+    return (f"{per_token}; {budget / (1 << 30):.1f} GiB for the requests' caches (--kv-memory): "
+            f"{plural(full, 'request')} of the full {context}-token context at once, more of shorter ones "
             f"(4k tokens: {service.rows_that_fit(min(4096, context))})")
 
 
@@ -101,7 +102,7 @@ def run(args, console) -> int:
     service = build_service(args, console)
     names = ", ".join(service.by_name) or "none"
     console.print(memory_line(service), highlight=False)
-    console.print(f"serving {args.model} (drafters: {names}; up to {service.scheduler.max_batch} requests at once) "
+    console.print(f"serving {args.model} (drafters: {names}; up to {plural(service.scheduler.max_batch, 'request')} at once) "
                   f"on http://{args.host}:{args.port}/v1" + (" with an API key" if args.api_key else ""), highlight=False)
     server = GracefulServer(service, args.host, args.port, args.shutdown_timeout)
     # uvicorn shuts down gracefully on SIGINT / SIGTERM, then raises the signal again for the handler
@@ -201,7 +202,7 @@ def run_load_test_command(args, console) -> int:
         return _run_curve(args, console, model, prompts, curve)
     speculation = speculation_setting(args.speculation) if args.speculation else None
     with Progress(console=console, transient=True) as progress:
-        task = progress.add_task(f"{args.clients} clients", total=None if args.duration else args.requests)
+        task = progress.add_task(plural(args.clients, "client"), total=None if args.duration else args.requests)
         result = asyncio.run(run_load_test(args.url, model, prompts, args.clients, args.requests, args.max_tokens,
                                            args.api_key, progress=lambda: progress.advance(task),
                                            speculation=speculation, answer_lengths=lengths, duration=args.duration,
@@ -234,7 +235,7 @@ def _run_curve(args, console, model: str, prompts: list[str], clients: list[int]
         task = progress.add_task("load curve", total=len(clients) * len(settings))
 
         def done(point):
-            progress.console.print(f"{point['clients']:>3} clients, {point['speculation']:>4}: "
+            progress.console.print(f"{plural(point['clients'], 'client'):>11}, {point['speculation']:>4}: "
                                    f"{point['tokens_per_second']} tokens/s, TTFT p50 "
                                    f"{point['time_to_first_token_seconds']['p50']} s", highlight=False)
             progress.advance(task)
@@ -287,12 +288,15 @@ def _draw_saved_curves(args, console) -> int:
 def _print_load_test(summary: dict, console) -> None:
     lat, first = summary["latency_seconds"], summary["time_to_first_token_seconds"]
     memory = summary["server_memory_mb"]
-    console.print(f"{summary['completed']} requests completed by {summary['clients']} clients in {summary['seconds']} s "
+    console.print(f"{plural(summary['completed'], 'request')} completed by {plural(summary['clients'], 'client')} in "
+                  f"{summary['seconds']} s "
                   f"({summary['requests_per_second']} requests/s, {summary['tokens_per_second']} tokens/s); "
                   f"429 answers: {summary['busy_answers_429']}", highlight=False)
     console.print(f"latency p50 / p90 / p99: {lat['p50']} / {lat['p90']} / {lat['p99']} s; "
                   f"time to first token: {first['p50']} / {first['p90']} / {first['p99']} s", highlight=False)
-    verdict = "every answer equal to its reference" if not summary["mismatches"] else f"{summary['mismatches']} answers differ"
+    differ = summary["mismatches"]
+    verdict = (f"{plural(differ, 'answer')} {'differs' if differ == 1 else 'differ'} from its reference" if differ
+               else "every answer equal to its reference")
     console.print(f"errors: {summary['errors']}; {verdict}; clients that left on purpose: {summary['disconnected']}; "
                   f"server memory {memory['before']} → {memory['after']} MB", highlight=False)
     if memory["samples"]:

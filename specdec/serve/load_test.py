@@ -27,6 +27,7 @@ import httpx
 
 from specdec.errors import SpecdecError
 from specdec.serve.addresses import is_loopback
+from specdec.terminal import plural
 
 FIRST_RETRY_SECONDS = 0.1  # a 429 is retried after this, doubling up to the server's Retry-After, with jitter
 MEMORY_EVERY = 30.0  # seconds between readings of the server's memory in a run of a given duration
@@ -182,8 +183,8 @@ async def run_load_test(base_url: str, model: str, prompts: list[str], clients: 
                 result.tokens += tokens or 0
                 want_text, want_tokens = references[prompt_index, length]
                 if text != want_text or tokens != want_tokens:
-                    result.mismatches.append(f"request {number} (prompt {prompt_index}): {tokens} tokens {text[:60]!r}, "
-                                             f"expected {want_tokens} tokens {want_text[:60]!r}")
+                    result.mismatches.append(f"request {number} (prompt {prompt_index}): {plural(tokens, 'token')} "
+                                             f"{text[:60]!r}, expected {plural(want_tokens, 'token')} {want_text[:60]!r}")
                 if progress:
                     progress()
 

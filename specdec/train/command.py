@@ -38,6 +38,7 @@ from pathlib import Path
 
 from specdec.errors import SpecdecError
 from specdec.heads.eagle3 import default_aux_layers
+from specdec.terminal import plural
 
 KINDS = ("data", "eagle3", "eagle", "medusa", "draft")
 DEFAULT_LR = {"eagle3": 1e-3, "eagle": 1e-3, "medusa": 1e-3, "draft": 2e-4}
@@ -262,7 +263,7 @@ def report(args, info: dict, console) -> None:
     last = info["history"][-1]
     if args.kind == "draft":
         before = info["before"]
-        console.print(f"draft model ({info['layers']} layers) written to {args.out}: validation acceptance greedy "
+        console.print(f"draft model ({plural(info['layers'], 'layer')}) written to {args.out}: validation acceptance greedy "
                       f"{before['alpha_greedy']} → {last['alpha_greedy']}, at temperature 1 {before['alpha_t1']} → "
                       f"{last['alpha_t1']} (the target cut to its first layers → distilled)")
     else:

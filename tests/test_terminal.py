@@ -1,0 +1,195 @@
+"""What the commands print for people, as a pipe sees it: every table within 80 columns with its
+headings whole, no colour and no colour legend, one meaning of "speed-up" (the whole run's, over
+plain decoding) with the per-drafter figure named apart and explained, MAT squared with the
+accepted drafts, and counts in words ("1 prompt")."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+
+import pytest
+from browser import launch, needs_chromium
+
+from specdec.cli import main
+from specdec.stats import GenerationStats
+from specdec.terminal import past_the_end, plural
+
+PROMPT = "t5 t9 t12 t7 t5 t9 t12 t7 t5"
+ANSI = "\x1b["
+COLOUR_LEGEND = "legend: accepted draft"
+
+
+@pytest.fixture(autouse=True)
+def piped(monkeypatch):
+    """No COLUMNS (rich then lays out 80 columns, as for a pipe) and nothing that makes rich see a terminal."""
+    for name in ("COLUMNS", "FORCE_COLOR", "TTY_COMPATIBLE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def wide_lines(text: str, *prose: str) -> list[str]:
+    """Lines past 80 columns, leaving out prose that may run on (lines starting with one of `prose`)."""
+    return [line for line in text.splitlines() if len(line) > 80 and not line.startswith(prose)]
+
+
+def headings(text: str, first: str) -> list[str]:
+    """The headings of the table whose heading line starts with `first` (columns: two spaces or more apart)."""
+    [line] = [line for line in text.splitlines() if line.startswith(first + "  ")]
+    return re.split(r"\s{2,}", line.strip())
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def generate(capsys, folder, *extra: str) -> tuple[dict, str]:
+    """`specdec generate ... --json`: (the JSON line, everything else printed: the text and the tables)."""
+    code = main(["generate", PROMPT, "--model", str(folder), "--raw", "--drafter", "auto", "--gamma", "3",
+                 "--max-new-tokens", "40", "--json", *extra])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out), err
+
+
+def test_generate_compare_piped(capsys, tiny_folder):
+    result, err = generate(capsys, tiny_folder, "--compare")
+    assert ANSI not in err and COLOUR_LEGEND not in err  # no colour, so no legend for it
+    assert wide_lines(err, result["text"], "round ", "specdec: ") == []  # the text and the policy's log may run on
+    assert "…" not in err
+    assert headings(err, "drafter") == ["drafter", "rounds", "f", "γ", "α", "c", "v", "model", "costed", "its rounds"]
+    # the per-drafter figure is not called a speed-up, and a legend says what it is; the speed-up is the whole run's
+    legend = one_line(err)
+    assert "its rounds: the tokens its rounds committed per second of those rounds" in legend
+    assert "none is the speed-up, which is the whole run's" in legend
+    [speedup] = [line for line in err.splitlines() if line.startswith("speed-up: ")]
+    assert speedup.startswith(f"speed-up: {result['speedup']:.2f}× (the whole run: ")
+    # MAT with the counts it comes from
+    spec = result["speculative"]
+    assert (f"MAT (tokens per pass)           {spec['mean_accepted_tokens']:.2f} = {spec['new_tokens']} tokens / "
+            f"{spec['target_passes']} passes, prefill included") in err
+
+
+def test_on_a_terminal_the_colours_and_their_legend_show(capsys, tiny_folder, monkeypatch):
+    """The control for the test above: where rich sees a terminal, colour codes and the legend do appear."""
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")
+    _, err = generate(capsys, tiny_folder)
+    assert ANSI in err and COLOUR_LEGEND in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", err)
+
+
+def test_accepted_drafts_past_the_end_are_explained():
+    """The issue's run: drafted / accepted 4 / 2 beside MAT 1.00. Two passes (the prefill and one round)
+    kept two tokens: the round's first accepted draft ended the text, and the draft and the
+    target's token after it were dropped."""
+    cut = GenerationStats("ngram", new_tokens=2, target_passes=2, drafted=4, accepted=2)
+    assert f"{cut.mean_accepted_tokens:.2f}" == "1.00"
+    assert past_the_end(cut).startswith("not kept: 2 tokens of the last round, after the end of the text")
+    whole = GenerationStats("ngram", new_tokens=10, target_passes=4, drafted=9, accepted=6)  # 4 passes + 6 accepted
+    assert past_the_end(whole) == ""
+    assert past_the_end(GenerationStats("ngram", new_tokens=9, target_passes=4, drafted=9, accepted=6)).startswith(
+        "not kept: 1 token of")
+
+
+def test_costs_table_piped_with_a_long_drafter_name(capsys, tiny_folder, tiny_draft_folder):
+    code = main(["costs", "--model", str(tiny_folder), "--drafter", f"draft:{tiny_draft_folder}", "--max-gamma", "2"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert len(f"draft:{tiny_draft_folder}") > 30  # too long for one line beside the figures
+    assert ANSI not in out and "…" not in out
+    assert wide_lines(out, "measured ") == []  # the line naming the cache file may run on
+    assert headings(out, "drafter") == ["drafter", "per proposal (ms)", "per token (ms)", "c = per token / T(1)"]
+
+
+def test_bench_table_piped(capsys, tiny_folder, tmp_path):
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("t5 t9 t12 t5 t9\n")
+    out_dir = tmp_path / "out"
+    code = main(["bench", "--model", str(tiny_folder), "--prompts", str(prompts), "--drafter", "ngram",
+                 "--max-new-tokens", "4", "--out-dir", str(out_dir)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert ANSI not in out and "…" not in out
+    assert wide_lines(out, "wrote ") == []
+    assert "1 prompt, greedy" in out.splitlines() and "1 prompts" not in out
+    assert headings(out, "method") == ["method", "tokens/s", "×hf", "×plain", "predicted", "MAT", "α", "same"]
+    assert "×plain: speed-up over plain decoding" in one_line(out)
+    assert "## greedy (1 prompt)" in (out_dir / "report.md").read_text()
+
+
+def test_bench_table_with_every_baseline_fits(capsys):
+    """Every column at once: transformers, llama.cpp, an endpoint's time to first token, a flagged
+    prediction and a long method name, which wraps; no heading or figure is cut."""
+    from rich.console import Console
+
+    from specdec.bench.report import print_tables
+
+    def method(rate, **more):
+        return {"tokens_per_second": {"median": rate, "p25": rate, "p75": rate}, "speedup_vs_hf_generate": rate / 22,
+                "speedup_vs_llama_cpp": rate / 96, "speedup_vs_plain": rate / 182, "identical": 18,
+                "predicted_speedup": None, **more}
+
+    methods = {"hf-generate": method(22.1), "llama.cpp": method(95.7), "plain": method(182.1),
+               "eagle3-chain γ=auto": method(1230.2, predicted_speedup=1.07, prediction_error=-0.1439,
+                                             off_prediction=True, mean_accepted_tokens=1.52, acceptance_rate=0.41),
+               "http://127.0.0.1:8000": method(150.3, time_to_first_token_seconds={"median": 0.123})}
+    buffer = io.StringIO()
+    print_tables({"0": {"prompts": 18, "baseline": "plain", "methods": methods}}, Console(file=buffer, soft_wrap=True))
+    text = buffer.getvalue()
+    assert wide_lines(text) == [] and "…" not in text
+    assert headings(text, "method") == ["method", "tokens/s", "TTFT s", "×hf", "×llama", "×plain", "predicted", "MAT",
+                                        "α", "same"]
+    assert "1.07 ⚠-14%" in text and "1230.20" in text
+    assert "×llama: speed-up over llama.cpp's plain decoding" in one_line(text)
+
+
+def test_counts_in_words(capsys, tiny_folder, tmp_path):
+    assert plural(1, "prompt") == "1 prompt" and plural(2, "prompt") == "2 prompts" and plural(0, "round") == "0 rounds"
+    assert plural(1, "pass", "passes") == "1 pass" and plural(3, "pass", "passes") == "3 passes"
+    code = main(["explain", PROMPT, "--model", str(tiny_folder), "--raw", "--max-new-tokens", "1", "--no-compare",
+                 "-o", str(tmp_path / "run.html")])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert out.startswith("0 rounds, 1 token, MAT 1.00")
+
+
+def explain_page(tiny_folder, tmp_path, capsys) -> tuple[str, dict]:
+    page = tmp_path / "run.html"
+    code = main(["explain", PROMPT, "--model", str(tiny_folder), "--raw", "--max-new-tokens", "20", "-o", str(page),
+                 "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return page.read_text(), json.loads(out)["summary"]
+
+
+def test_explain_page_names_the_per_drafter_figure_apart(tiny_folder, tmp_path, capsys):
+    html, _ = explain_page(tiny_folder, tmp_path, capsys)
+    assert "<th>its rounds</th>" in html and "<th>measured</th>" not in html
+    assert "its rounds: the tokens its rounds committed per second of those rounds" in html
+    assert "none is the speed-up above, which is the whole run's" in html
+
+
+@needs_chromium
+def test_explain_summary_shows_the_speedup_and_squares_mat_with_accepted(tiny_folder, tmp_path, capsys):
+    from playwright.sync_api import sync_playwright
+
+    from specdec.explain.page import render_page
+
+    html, summary = explain_page(tiny_folder, tmp_path, capsys)
+    data = json.loads(html.split('id="run-data">')[1].split("</script>")[0])
+    data["summary"].update(new_tokens=2, target_passes=2, drafted=4, accepted=2, mat=1.0)  # the issue's run (above)
+    cut = tmp_path / "cut.html"
+    cut.write_text(render_page(data))
+    rows = "Array.from(document.querySelectorAll('#summary-table tr')).map(r => r.innerText)"
+    with sync_playwright() as p:
+        browser = launch(p)
+        page = browser.new_page()
+        page.goto((tmp_path / "run.html").as_uri())
+        shown = page.evaluate(rows)
+        assert f"speed-up (the whole run over plain decoding, run side by side)\t{summary['speedup']:.2f}×" in shown
+        assert (f"MAT (tokens per pass)\t{summary['mat']:.2f} = {summary['new_tokens']} tokens / "
+                f"{summary['target_passes']} passes, prefill included") in shown
+        dropped = summary["target_passes"] + summary["accepted"] - summary["new_tokens"]
+        assert any(row.startswith("past the end") for row in shown) == (dropped > 0)
+        page.goto(cut.as_uri())
+        assert any(row.startswith("past the end\tnot kept: 2 tokens of the last round") for row in page.evaluate(rows))
+        browser.close()
