@@ -31,7 +31,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q -rs
 
 bench: $(STAMP)
-	$(VENV)/bin/specdec bench --prompts ../shared/workloads/spec_bench_dev.jsonl --per-category 5 --drafter ngram --drafter suffix --drafter auto --targets --out-dir bench-out --force
+	$(VENV)/bin/specdec bench --prompts ../shared/workloads/spec_bench_dev.jsonl --per-category 5 --drafter ngram --drafter suffix --drafter auto --targets --out bench-out --force
 
 clean:
 	rm -rf $(VENV) .pytest_cache

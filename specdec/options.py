@@ -23,8 +23,14 @@ def gamma_arg(text: str) -> int | str:
 
 def add_target_args(p: argparse.ArgumentParser) -> None:
     """The target model and the drafter: what every model command loads."""
-    p.add_argument("--model", default="smollm2-135m", help="built-in name, Hugging Face folder or .gguf file (default: smollm2-135m)")
+    add_load_args(p)
     p.add_argument("--drafter", default="ngram", help=drafter_help())
+    p.add_argument("--max-gamma", type=int, default=8, help="the largest γ the adaptive policy tries (default: 8)")
+
+
+def add_load_args(p: argparse.ArgumentParser) -> None:
+    """How the target loads: every model command's, `bench` included (whose drafters repeat)."""
+    p.add_argument("--model", default="smollm2-135m", help="built-in name, Hugging Face folder or .gguf file (default: smollm2-135m)")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (default: cpu)")
     p.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16 (default: float32)")
     p.add_argument("--runtime", default="lean", help="lean | transformers (default: lean)")
@@ -34,7 +40,6 @@ def add_target_args(p: argparse.ArgumentParser) -> None:
                         "stays float; the others quantize or dequantize at load)")
     add_kv_cache_arg(p)
     add_no_compile_arg(p)
-    p.add_argument("--max-gamma", type=int, default=8, help="the largest γ the adaptive policy tries (default: 8)")
 
 
 def add_kv_cache_arg(p: argparse.ArgumentParser) -> None:

@@ -352,3 +352,51 @@ def test_a_finished_report_is_not_overwritten_without_force(tmp_path, tiny_folde
     assert (out / "report.md").read_text() == "an earlier report"
     assert main([*argv, "--force"]) == 0
     assert (out / "report.md").read_text().startswith("# specdec bench report")
+
+
+def test_a_missing_prompts_file_is_named_before_the_output_folder(tmp_path, capsys):
+    """Before, `bench --prompts missing.txt` first complained about the report already in the output folder."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "report.md").write_text("an earlier report")
+    assert main(["bench", "--prompts", str(tmp_path / "missing.txt"), "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "missing.txt does not exist" in err and "already holds a report" not in err
+    (tmp_path / "file").write_text("")
+    assert main(["bench", "--prompts", "starter", "-o", str(tmp_path / "file")]) == 1
+    assert "is a file; the report needs a folder" in capsys.readouterr().err
+
+
+def test_bench_loads_with_the_model_options_of_the_other_commands(tmp_path, capsys, monkeypatch):
+    import specdec.runtime
+
+    asked = {}
+
+    def record(spec, **kwargs):
+        asked.update(kwargs, spec=spec)
+        raise SpecdecError("stopped after the load was asked for")
+
+    monkeypatch.setattr(specdec.runtime, "load_model", record)
+    assert main(["bench", "--model", "m", "--dtype", "bfloat16", "--runtime", "transformers", "--out", str(tmp_path)]) == 1
+    assert "stopped after the load" in capsys.readouterr().err
+    assert asked["spec"] == "m" and asked["dtype"] == "bfloat16" and asked["runtime"] == "transformers"
+
+
+def test_bench_seed_moves_the_sampled_runs_draws(tmp_path, tiny_folder, capsys, monkeypatch):
+    from specdec.bench import runner
+
+    seeds, real_run_case = [], runner.run_case
+
+    def record(method, case, tokenizer, sampling, max_new_tokens):
+        seeds.append((case.id, sampling.seed))
+        return real_run_case(method, case, tokenizer, sampling, max_new_tokens)
+
+    monkeypatch.setattr(runner, "run_case", record)
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("t5 t9 t12\nt7 t8 t7\n")
+    for seed in ("0", "5"):
+        assert main(["bench", "--model", str(tiny_folder), "--prompts", str(prompts), "--no-transformers", "--temperature", "1",
+                     "--max-new-tokens", "2", "--seed", seed, "--out", str(tmp_path / seed)]) == 0
+        assert f"seed {seed}" in (tmp_path / seed / "report.md").read_text()
+    timed = [s for s in seeds if s[0] != "warm-up"]
+    assert timed == [("1", 0), ("1", 0), ("2", 1000), ("2", 1000), ("1", 5), ("1", 5), ("2", 1005), ("2", 1005)]

@@ -223,3 +223,80 @@ def test_a_misspelt_drafter_gets_a_suggestion(capsys, tiny_folder):
 def test_usage_errors_point_at_the_commands_own_help(capsys, argv, where):
     code, _, err = run(capsys, *argv)
     assert code == 2 and err.startswith(f"{where}: error: ") and f"(see {where} --help)" in err
+
+
+@pytest.fixture
+def no_loading(monkeypatch):
+    """Any model load fails the test: what is checked before it must fail first."""
+    import specdec.runtime.loading
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model was loaded before a cheap argument was checked")
+
+    monkeypatch.setattr(specdec.runtime.loading, "load_model", refuse)
+    monkeypatch.setattr(specdec.runtime, "load_model", refuse)
+
+
+def test_serve_on_a_busy_port_fails_before_the_model_loads(capsys, no_loading):
+    """Before, `serve` loaded for 15 s, printed 'serving … on http://…' and then died in uvicorn."""
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        code, out, err = run(capsys, "serve", "--port", str(port))
+    assert code == 1 and f"cannot listen on 127.0.0.1:{port}: Address already in use" in err and "--port" in err
+    assert "serving" not in out
+    code, _, err = run(capsys, "serve", "--host", "no-such-host.invalid", "--port", "8000")
+    assert code == 1 and "--host no-such-host.invalid: not an address to listen on" in err
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["train", "eagle3", "--data", "{tmp}/data", "--out", "{tmp}/head", "--init", "{tmp}/no-head"], "--init {tmp}/no-head: no trained head there"),
+    (["train", "eagle3", "--data", "{tmp}/data", "--out", "{tmp}/head", "--more-data", "{tmp}/none"], "--more-data {tmp}/none: no self-distillation data there"),
+    (["train", "data", "--data", "{tmp}/data", "--passages", "{tmp}/none"], "--passages {tmp}/none: {tmp}/none holds no self-distillation data"),
+    (["train", "data", "--data", "{tmp}/data", "--follow-ups", "{tmp}/none"], "--follow-ups {tmp}/none: {tmp}/none holds no self-distillation data"),
+    (["train", "data", "--data", "{tmp}/file"], "--data {tmp}/file is a file"),
+    (["train", "medusa", "--data", "{tmp}/data", "--out", "{tmp}/file"], "--out {tmp}/file is a file"),
+    (["train", "data", "--data", "{tmp}/data", "--passages", "{tmp}/data"], "--passages must name another data folder"),
+])
+def test_train_checks_its_folders_before_the_model_loads(capsys, tmp_path, no_loading, argv, message):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "file").write_text("")
+    code, _, err = run(capsys, *[a.format(tmp=tmp_path) for a in argv])
+    assert code == 1 and message.format(tmp=tmp_path) in err
+
+
+def test_export_checks_its_out_folder_before_reading_the_head(capsys, tmp_path, monkeypatch):
+    from specdec.export import source
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the head was read before --out was checked")
+
+    monkeypatch.setattr(source, "read_head", refuse)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "kept.txt").write_text("")
+    code, _, err = run(capsys, "export", "eagle3", "--format", "vllm", "-o", str(tmp_path / "out"))
+    assert code == 1 and "is not empty; choose an empty folder or pass --force" in err
+
+
+@pytest.mark.parametrize("command,main_name,aliases,dest", [
+    (["bench"], "--out", ["--out-dir", "-o"], "out_dir"),
+    (["explain", "t5"], "--out", ["-o", "--output"], "output"),
+    (["train", "eagle3", "--data", "d"], "--out", ["-o"], "out"),
+    (["export", "eagle3", "--format", "vllm"], "--out", ["-o"], "out"),
+    (["load-test"], "--out", ["-o"], "out"),
+    (["load-test"], "--max-new-tokens", ["--max-tokens"], "max_tokens"),
+])
+def test_one_name_per_option_with_the_old_names_kept(capsys, command, main_name, aliases, dest):
+    """Every command calls an output path --out and a count of new tokens --max-new-tokens; the
+    names they had before still work, and the help shows the main name first."""
+    from specdec.cli import build_parser
+
+    parser = build_parser()
+    for name in [main_name, *aliases]:
+        assert str(getattr(parser.parse_args([*command, name, "7"]), dest)) == "7"
+    with pytest.raises(SystemExit):
+        main([*command[:1], "--help"])
+    assert f"  {main_name} " in capsys.readouterr().out

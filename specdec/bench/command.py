@@ -20,12 +20,12 @@ With `--endpoint` only the endpoints run (no model is loaded here) unless `--dra
 their speed-ups are then over the first endpoint, and greedy answers are compared with its text.
 `--prompts` is a Spec-Bench .jsonl file, a text file (one prompt a line), or a built-in set:
 `starter` (the default; shipped with the package, see prompts.py) or `humaneval`.
-Writes to `--out-dir`: report.md, results.jsonl and three PNG plots, and prints a table; the
+Writes to `--out` (a folder): report.md, results.jsonl and three PNG plots, and prints a table; the
 report states results, and this project's own targets, met or missed, only with `--targets` (as
 `make bench` runs it). With `--json` the summary is printed as one JSON line on standard output
 (tables and messages go to standard error). While it runs, each finished prompt is appended to
 results.partial.jsonl (same format), so that a run stopped halfway keeps what it measured. A
-finished report already in `--out-dir` is not overwritten unless `--force` is given.
+finished report already in `--out` is not overwritten unless `--force` is given.
 """
 
 from __future__ import annotations
@@ -66,7 +66,9 @@ def temperature_list(text: str) -> list[float]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="smollm2-135m", help="built-in name, Hugging Face folder or .gguf file")
+    from specdec.options import add_load_args
+
+    add_load_args(p)
     p.add_argument("--prompts", default="starter",
                    help="a Spec-Bench .jsonl file, a text file (one prompt a line), or a built-in set: starter "
                         "(12 prompts, 2 of each Spec-Bench category) or humaneval (default: starter)")
@@ -75,6 +77,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gamma", type=gamma_list, default=["auto"], help="comma-separated γ: numbers and/or auto (default: auto)")
     p.add_argument("--temperature", type=temperature_list, default=[0.0], help="comma-separated; 0 = greedy (default: 0)")
     p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--seed", type=int, default=0,
+                   help="the first seed of the sampled runs' draws: each prompt and repeat has its own, the same for "
+                        "every method (default: 0)")
     p.add_argument("--per-category", type=int, default=None, help="prompts per category (default: all)")
     p.add_argument("--category", action="append", default=None, help="only these categories or sub-categories (repeatable)")
     p.add_argument("--repeats", type=int, default=1, help="runs per prompt and method; the median is kept (default: 1)")
@@ -96,14 +101,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="sent as 'Authorization: Bearer KEY' to the endpoints (once for all, or once per --endpoint)")
     p.add_argument("--label", action="append", default=None,
                    help="the name of an endpoint's row in the report (once per --endpoint; default: its URL)")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--weights", default="auto", help="auto | float32 | bfloat16 | int8 | int4 (default: auto, see specdec generate --help)")
-    from specdec.options import add_kv_cache_arg, add_no_compile_arg
-
-    add_kv_cache_arg(p)
-    add_no_compile_arg(p)
-    p.add_argument("--out-dir", type=Path, default=DEFAULT_OUT, help=f"where the report goes (default: {DEFAULT_OUT})")
-    p.add_argument("--force", action="store_true", help="overwrite a report already in --out-dir")
+    p.add_argument("--out", "--out-dir", "-o", dest="out_dir", type=Path, default=DEFAULT_OUT, metavar="DIR",
+                   help=f"the folder the report goes to (default: {DEFAULT_OUT})")
+    p.add_argument("--force", action="store_true", help="overwrite a report already in --out")
     p.add_argument("--targets", action="store_true",
                    help="add this project's speed targets, met or missed, to the report (what make bench checks)")
     p.add_argument("--json", action="store_true",
@@ -126,10 +126,16 @@ def _check(args) -> None:
     if not args.endpoint and (args.served_model or args.api_key or args.label):
         raise SpecdecError("--served-model, --api-key and --label apply to endpoints: add --endpoint URL")
     args.llama_cpp_gguf = _llama_cpp_gguf(args) if "llama.cpp" in args.baseline else None
-    existing = [name for name in REPORT_FILES if (args.out_dir / name).exists()]
-    if existing and not args.force:
-        raise SpecdecError(f"{args.out_dir} already holds a report ({', '.join(existing)}); pass --force to "
-                           "overwrite it, or choose another --out-dir")
+
+
+def _check_out(out: Path, force: bool) -> None:
+    """The report's folder: after the prompts (a missing prompts file is the first thing said)."""
+    if out.exists() and not out.is_dir():
+        raise SpecdecError(f"--out {out} is a file; the report needs a folder")
+    existing = [name for name in REPORT_FILES if (out / name).exists()]
+    if existing and not force:
+        raise SpecdecError(f"{out} already holds a report ({', '.join(existing)}); pass --force to "
+                           "overwrite it, or choose another --out")
 
 
 def build_methods(args, target, console) -> dict[float, list]:
@@ -149,7 +155,7 @@ def build_methods(args, target, console) -> dict[float, list]:
         for gamma in gammas:
             # one row per (drafter, γ); a bare spec is γ = auto (the targets check those rows)
             name = spec if gamma == "auto" and len(gammas) == 1 else f"{spec} γ={gamma}"
-            engine = Engine(target, build_drafters(spec, target, device=args.device))
+            engine = Engine(target, build_drafters(spec, target, device=args.device, dtype=args.dtype, runtime=args.runtime))
             ours.append(SpecdecMethod(name, engine, gamma))
     with console.status("reading the cost model (measuring it on this machine the first time)"):
         for method in ours:
@@ -158,7 +164,7 @@ def build_methods(args, target, console) -> dict[float, list]:
     theirs = []
     if not args.no_transformers:
         with console.status("loading the transformers baselines"):
-            model = load_transformers_model(float_weights_folder(target), args.device)
+            model = load_transformers_model(float_weights_folder(target), args.device, args.dtype)
             lookup = next((g for g in args.gamma if g != "auto"), 4)
             theirs = [TransformersMethod("hf-generate", model, target.eos_token_ids),
                       TransformersMethod("hf-lookup", model, target.eos_token_ids, lookup_tokens=lookup)]
@@ -166,7 +172,7 @@ def build_methods(args, target, console) -> dict[float, list]:
                 assistant = load_model(args.assistant, device=args.device)
                 theirs.append(TransformersMethod("hf-assisted", model, target.eos_token_ids,
                                                  assistant=load_transformers_model(float_weights_folder(assistant),
-                                                                                   args.device)))
+                                                                                   args.device, args.dtype)))
     if "llama.cpp" in args.baseline:
         theirs.append(_llama_cpp_method(args, target))
     return {t: theirs + ours for t in args.temperature}
@@ -215,13 +221,15 @@ def run(args, console) -> int:
 
     _check(args)
     cases = load_prompts(args.prompts, args.per_category, args.category)
+    _check_out(args.out_dir, args.force)
     if args.ask_twice:
         cases = [c for case in cases for c in (case, replace(case, id=f"{case.id} (again)"))]
     endpoints = connect_endpoints(args) if args.endpoint else []  # before loading anything: fail fast
     target = None
     if args.local:
         with console.status(f"loading {args.model}"):
-            target = load_model(args.model, device=args.device, weights=args.weights, kv_cache=args.kv_cache)
+            target = load_model(args.model, device=args.device, dtype=args.dtype, runtime=args.runtime,
+                                weights=args.weights, kv_cache=args.kv_cache)
         methods_at = build_methods(args, target, console)
     else:
         methods_at = {t: [] for t in args.temperature}
@@ -255,7 +263,7 @@ def run(args, console) -> int:
                     f"prompt {number} of {len(cases)} ({case.id}, {case.category}): {method}{at}"))
 
             rows = run_bench(cases, methods_at, target.tokenizer if target else None, args.max_new_tokens, args.repeats,
-                             device, progress=show, on_row=keep)
+                             device, seed=args.seed, progress=show, on_row=keep)
     except KeyboardInterrupt:
         console.print(f"stopped: the prompts finished so far are in {partial}")
         raise
@@ -272,7 +280,8 @@ def run(args, console) -> int:
         **{f"endpoint {e.name}": f"{e.url}, model {e.served_model}, new tokens counted from {e.tokens_from}"
            for e in endpoints},
         "prompts": f"{args.prompts}: {len(cases)}",
-        "settings": f"max_new_tokens {args.max_new_tokens}, repeats {args.repeats}, temperatures {args.temperature}",
+        "settings": f"max_new_tokens {args.max_new_tokens}, repeats {args.repeats}, temperatures {args.temperature}"
+                    + (f", seed {args.seed}" if any(args.temperature) else ""),
         "peak memory": PeakMemory(device).description if target else "not measured (endpoints only)",
     }
     files = write_report(rows, summary, header, args.out_dir, targets=args.targets)

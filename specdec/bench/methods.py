@@ -77,10 +77,12 @@ class TransformersMethod:
         return Output(out[0, len(prompt_ids):].tolist())  # the end-of-sequence token kept, as our engine does
 
 
-def load_transformers_model(folder, device: str = "cpu"):
+def load_transformers_model(folder, device: str = "cpu", dtype: str = "float32"):
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).to(device).eval()
+    from specdec.runtime.loading import parse_dtype
+
+    return AutoModelForCausalLM.from_pretrained(str(folder), dtype=parse_dtype(dtype)).to(device).eval()
 
 
 LLAMA_CPP_INSTALL = ("pip install llama-cpp-python (a source build of about 10 minutes), "

@@ -77,9 +77,10 @@ def run_case(method, case: PromptCase, tokenizer, sampling: SamplingParams, max_
 
 
 def run_bench(cases: list[PromptCase], methods_at: dict[float, list], tokenizer, max_new_tokens: int,
-              repeats: int, device: torch.device, progress=None, on_row=None) -> list[dict]:
+              repeats: int, device: torch.device, seed: int = 0, progress=None, on_row=None) -> list[dict]:
     """Rows, one per prompt and temperature: {"case": ..., "temperature": t, "runs": {method name: MethodRun}};
-    `on_row(row)` sees each as soon as it is complete (the command writes it down at once).
+    `on_row(row)` sees each as soon as it is complete (the command writes it down at once). Sampled runs
+    draw with seed `seed + 1000 * prompt index + repeat`, the same for every method.
     `progress(done, number, case, temperature, method_name)` is told before each run starts: the runs
     done so far, then the prompt (the `number`-th of `cases`, from 1), temperature and method to run."""
     memory = PeakMemory(device)
@@ -93,7 +94,7 @@ def run_bench(cases: list[PromptCase], methods_at: dict[float, list], tokenizer,
             collected: dict[str, dict] = {m.name: {"first": None, "rates": [], "seconds": [], "tokens": [], "stats": [],
                                                    "peak": None, "ttft": []} for m in methods}
             for repeat in range(repeats):
-                sampling = SamplingParams(temperature=temperature, seed=1000 * number + repeat)
+                sampling = SamplingParams(temperature=temperature, seed=seed + 1000 * number + repeat)
                 for method in methods:
                     if progress:
                         progress(done, number + 1, case, temperature, method.name)

@@ -1,4 +1,4 @@
-"""`specdec explain PROMPT -o run.html`: run once with the trace on, then write the page."""
+"""`specdec explain PROMPT --out run.html`: run once with the trace on, then write the page."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("prompt", help="the prompt text")
     add_model_args(p)
     p.add_argument("--raw", action="store_true", help="use the prompt as plain text, without the chat template")
-    p.add_argument("-o", "--output", default="explain.html", help="the HTML file to write (default: explain.html)")
+    p.add_argument("--out", "-o", "--output", dest="output", default="explain.html", metavar="FILE",
+                   help="the HTML file to write (default: explain.html)")
     p.add_argument("--no-compare", action="store_true", help="skip the plain-decoding run that measures the speed-up")
     add_json_arg(p, "the run's summary")
 
@@ -50,9 +51,9 @@ def run(args, console) -> int:
     require_prompt_text(args.prompt)
     output = Path(args.output).expanduser()
     if output.suffix.lower() not in (".html", ".htm"):
-        raise SpecdecError(f"--output should be an .html file, got '{output}'")
+        raise SpecdecError(f"--out should be an .html file, got '{output}'")
     if not output.parent.is_dir():
-        raise SpecdecError(f"the folder for --output does not exist: {output.parent}")
+        raise SpecdecError(f"the folder for --out does not exist: {output.parent}")
     config = generation_config(args)
     engine = load_engine(args, console)
     target = engine.target

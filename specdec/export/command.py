@@ -12,7 +12,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("head", help="a head folder (head.json + head.safetensors), or eagle3 / medusa for the head "
                                 "shipped for --model")
     p.add_argument("--format", required=True, choices=FORMATS, help="the engine to load it (Medusa: vllm only)")
-    p.add_argument("--out", required=True, type=Path, help="folder to write config.json, model.safetensors, launch.sh")
+    p.add_argument("--out", "-o", required=True, type=Path, help="folder to write config.json, model.safetensors, launch.sh")
     p.add_argument("--model", "--target", dest="model", default=None,
                    help="the target: built-in name, Hugging Face folder or .gguf (default: the one head.json names)")
     p.add_argument("--gamma", type=int, default=None,

@@ -36,7 +36,9 @@ def export_head(head: str, fmt: str, out: Path, model: str | None = None, gamma_
                 force: bool = False) -> Exported:
     if fmt not in FORMATS:
         raise SpecdecError(f"unknown format '{fmt}'; choose one of {', '.join(FORMATS)}")
-    files = source.read_head(source.head_folder(head, model))
+    head_path, out = source.head_folder(head, model), Path(out).expanduser()
+    folder.check(out, force)
+    files = source.read_head(head_path)
     if files.kind == "eagle":
         refuse_eagle()
     if files.kind == "medusa" and fmt != "vllm":
@@ -44,8 +46,7 @@ def export_head(head: str, fmt: str, out: Path, model: str | None = None, gamma_
     build = _eagle3 if files.kind == "eagle3" else _medusa
     config, tensors, max_gamma, notes, target = build(files, fmt, model or files.target)
     chosen, rule = gamma.choose_gamma(files.meta, gamma_arg, max_gamma)
-    out = Path(out).expanduser()
-    folder.prepare(out, force)
+    out.mkdir(parents=True, exist_ok=True)
     script = launch.launch_script(fmt, files.kind, out, target, chosen, rule, notes)
     folder.write(out, config, tensors, script)
     return Exported(out, files.kind, fmt, chosen, rule, len(tensors), notes)

@@ -13,13 +13,13 @@ from specdec.errors import ConfigError
 CONFIG, WEIGHTS, LAUNCH = "config.json", "model.safetensors", "launch.sh"
 
 
-def prepare(out: Path, force: bool) -> None:
-    """Refuse to write into a non-empty folder unless forced (the files written are then replaced)."""
+def check(out: Path, force: bool) -> None:
+    """Refuse to write into a non-empty folder unless forced (the files written are then replaced):
+    asked before the head and the target are read."""
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} is a file, not a folder")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise ConfigError(f"--out {out} is not empty; choose an empty folder or pass --force to overwrite its files")
-    out.mkdir(parents=True, exist_ok=True)
 
 
 def write(out: Path, config: dict, tensors: dict[str, torch.Tensor], launch: str) -> None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import signal
+import socket
 
 from specdec.errors import SpecdecError
 from specdec.options import add_json_arg, add_target_args, gamma_arg, load_engine
@@ -64,6 +66,24 @@ def _check(args) -> None:
         raise SpecdecError(f"--kv-memory must be more than 0 GiB, got {args.kv_memory}")
     if args.api_key is not None and not args.api_key.strip():
         raise SpecdecError("--api-key is empty; give a key or leave the option out")
+    check_can_listen(args.host, args.port)
+
+
+def check_can_listen(host: str, port: int) -> None:
+    """Bind host:port once and let it go, before the model loads: a port in use fails in a second,
+    not after the loading. SO_REUSEADDR as uvicorn binds, so only a port someone listens on is refused."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as err:
+        raise SpecdecError(f"--host {host}: not an address to listen on ({err.strerror})") from None
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as err:
+            hint = "; is a server running there already? choose another --port" if err.errno == errno.EADDRINUSE else ""
+            raise SpecdecError(f"cannot listen on {host}:{port}: {err.strerror}{hint}") from None
 
 
 def memory_line(service) -> str:
@@ -134,13 +154,14 @@ def add_load_test_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--per-category", type=int, default=2, help="prompts per category from a Spec-Bench file (default: 2)")
     p.add_argument("--clients", type=int, default=32, help="concurrent streaming clients (default: 32)")
     p.add_argument("--requests", type=int, default=500, help="requests to complete in all (default: 500)")
-    p.add_argument("--max-tokens", type=int, default=16, help="max_tokens of each request (default: 16)")
+    p.add_argument("--max-new-tokens", "--max-tokens", dest="max_tokens", type=int, default=16, metavar="N",
+                   help="new tokens each request asks for, its max_tokens (default: 16)")
     p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV))
     p.add_argument("--speculation", default=None,
                    help="sent with every request: off, auto or a fixed γ (default: the server's own setting); "
                         "with --curve, a comma-separated list (default: off,4,auto)")
     p.add_argument("--answer-lengths", default=None,
-                   help="comma-separated max_tokens values drawn at random per request (default: --max-tokens)")
+                   help="comma-separated max_tokens values drawn at random per request (default: --max-new-tokens)")
     p.add_argument("--duration", type=float, default=None,
                    help="run for this many seconds instead of a number of requests (a sustained test)")
     p.add_argument("--disconnect-share", type=float, default=0.0,
@@ -153,7 +174,7 @@ def add_load_test_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compare", action="append", default=[], metavar="LABEL=FILE",
                    help="with --curve: also draw a curve saved before with --out (e.g. one-at-a-time=curve-b1.json)")
     p.add_argument("--label", default="this server", help="with --curve: this curve's name in the plot and table")
-    p.add_argument("--out", default=None, help="also write the JSON summary (or curve) to this file")
+    p.add_argument("--out", "-o", default=None, help="also write the JSON summary (or curve) to this file")
     add_json_arg(p, "the summary")
 
 
@@ -188,19 +209,23 @@ def run_load_test_command(args, console) -> int:
                else list(DEFAULT_LOAD_PROMPTS))
     lengths = _numbers(args.answer_lengths, "--answer-lengths")
     curve = _numbers(args.curve, "--curve")
+    for option, path in (("--out", args.out), ("--plot", args.plot)):  # before the run, not after it
+        if path is not None and not Path(path).expanduser().parent.is_dir():
+            raise SpecdecError(f"{option} {path}: the folder {Path(path).expanduser().parent} does not exist")
+    compared = _saved_curves(args.compare)
     if (args.plot or args.compare) and not curve:
-        return _draw_saved_curves(args, console)
+        return _draw_saved_curves(compared, args.plot, console)
     if curve and (lengths or args.duration is not None or args.disconnect_share):
-        raise SpecdecError("--curve runs a bounded number of requests of --max-tokens each, with every client "
+        raise SpecdecError("--curve runs a bounded number of requests of --max-new-tokens each, with every client "
                            "staying: leave out --answer-lengths, --duration and --disconnect-share")
+    speculation = speculation_setting(args.speculation) if args.speculation and not curve else None
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     try:
         model = args.model or httpx.get(f"{args.url}/v1/models", headers=headers, timeout=10).json()["data"][0]["id"]
     except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
         raise SpecdecError(f"could not ask {args.url}/v1/models for the model ({exc}); is `specdec serve` running?") from exc
     if curve:
-        return _run_curve(args, console, model, prompts, curve)
-    speculation = speculation_setting(args.speculation) if args.speculation else None
+        return _run_curve(args, console, model, prompts, curve, compared)
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task(plural(args.clients, "client"), total=None if args.duration else args.requests)
         result = asyncio.run(run_load_test(args.url, model, prompts, args.clients, args.requests, args.max_tokens,
@@ -219,7 +244,7 @@ def run_load_test_command(args, console) -> int:
     return 0 if not result.errors and not result.mismatches else 1
 
 
-def _run_curve(args, console, model: str, prompts: list[str], clients: list[int]) -> int:
+def _run_curve(args, console, model: str, prompts: list[str], clients: list[int], compared: dict[str, list[dict]]) -> int:
     import asyncio
     import json
     from pathlib import Path
@@ -230,7 +255,6 @@ def _run_curve(args, console, model: str, prompts: list[str], clients: list[int]
     from specdec.serve.load_test import run_load_curve
 
     settings = (args.speculation or "off,4,auto").split(",")
-    compared = _saved_curves(args.compare)
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("load curve", total=len(clients) * len(settings))
 
@@ -270,17 +294,16 @@ def _saved_curves(items: list[str]) -> dict[str, list[dict]]:
     return curves
 
 
-def _draw_saved_curves(args, console) -> int:
+def _draw_saved_curves(curves: dict[str, list[dict]], plot: str | None, console) -> int:
     """Without --curve: draw (and tabulate) the curves given with --compare, running nothing."""
     from pathlib import Path
 
     from specdec.serve.load_plot import curve_table, plot_load_curve
 
-    curves = _saved_curves(args.compare)
-    if not curves or not args.plot:
+    if not curves or not plot:
         raise SpecdecError("to draw saved curves give --plot FILE and at least one --compare LABEL=FILE "
                            "(or --curve to measure one)")
-    plot_load_curve(curves, Path(args.plot))
+    plot_load_curve(curves, Path(plot))
     console.print(curve_table(curves), highlight=False, markup=False)
     return 0
 

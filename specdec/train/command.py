@@ -50,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", "--target", dest="model", default="smollm2-135m",
                    help="the target: built-in name, Hugging Face folder or .gguf file")
     p.add_argument("--data", required=True, type=Path, help="folder for the self-distillation data (made or resumed)")
-    p.add_argument("--out", type=Path, help="folder for the head (head.safetensors, head.json) or the draft model")
+    p.add_argument("--out", "-o", type=Path, help="folder for the head (head.safetensors, head.json) or the draft model")
     p.add_argument("--checkpoint-dir", type=Path,
                    help="folder for the training checkpoints, deleted once the result is written; run the same "
                         "command again to resume a stopped training (default: a folder under the specdec cache "
@@ -140,6 +140,26 @@ def check(args) -> None:
         if value and args.kind != "eagle3":
             raise SpecdecError(f"{option} is for `specdec train eagle3`, not `specdec train {args.kind}`")
     parse_temperatures(args.temperatures)
+    check_paths(args)
+
+
+def check_paths(args) -> None:
+    """The folders named, before the target loads: those read must exist, those written must not be files."""
+    read = [("--passages", args.passages), ("--follow-ups", args.follow_ups), ("--init", args.init),
+            *(("--more-data", folder) for folder in args.more_data)]
+    for option, folder in read:
+        if folder is not None and not folder.is_dir():
+            if option in ("--passages", "--follow-ups"):  # as distill.answered_instructions says it
+                raise SpecdecError(f"{option} {folder}: {folder} holds no self-distillation data (no such folder): "
+                                   f"make it with `specdec train data --data {folder}`")
+            what = "trained head" if option == "--init" else "self-distillation data"
+            raise SpecdecError(f"{option} {folder}: no {what} there (no such folder)")
+    for option, folder in (("--data", args.data), ("--out", args.out), ("--checkpoint-dir", args.checkpoint_dir)):
+        if folder is not None and folder.exists() and not folder.is_dir():
+            raise SpecdecError(f"{option} {folder} is a file; it names a folder")
+    for option, folder in read[:2]:
+        if folder is not None and folder.resolve() == args.data.resolve():
+            raise SpecdecError(f"{option} must name another data folder than --data (the one whose answers it reuses)")
 
 
 class ProgressFile:
@@ -222,8 +242,6 @@ def prompt_list(args, target) -> tuple[list, str]:
         version = args.instructions or (made[0] if made else 2)
         return GENERATORS[version](args.prompts, seed=args.seed), instructions_source(version, args.seed)
     option, folder = ("--passages", args.passages) if args.passages is not None else ("--follow-ups", args.follow_ups)
-    if folder.resolve() == args.data.resolve():
-        raise SpecdecError(f"{option} must name another data folder than --data (the one whose answers it reuses)")
     if args.follow_ups is not None and not target.tokenizer.chat_template:
         raise SpecdecError(f"--follow-ups makes conversations, which need a model with a chat template; {args.model} "
                            "has none")
