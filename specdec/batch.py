@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from specdec.cost_model import CostModel
 from specdec.drafters.base import Draft, Drafter, Features, feature_layers
 from specdec.errors import SpecdecError
 from specdec.policy import FixedPolicy, AdaptivePolicy, RoundPlan
@@ -152,12 +153,16 @@ class Work:
 
 
 class Row:
-    """One request in the loop. Built by `Engine.row`; `Batch` calls its steps."""
+    """One request in the loop. Built by `Engine.row`; `Batch` calls its steps.
 
-    def __init__(self, engine, prompt_ids: list[int], config, drafters: list[Drafter],
-                 policy: FixedPolicy | AdaptivePolicy | None) -> None:
-        target = engine.target
-        self.engine, self.target, self.config, self.params = engine, target, config, config.sampling
+    It is given what it reads: the `target` model, the `drafters` (its own instances) and `policy`,
+    the `name` its statistics report (the engine's), and the `cost_model` its rounds' and proposals'
+    times go to (None: they are not timed)."""
+
+    def __init__(self, target, prompt_ids: list[int], config, drafters: list[Drafter],
+                 policy: FixedPolicy | AdaptivePolicy | None, *, name: str, cost_model: CostModel | None) -> None:
+        self.target, self.config, self.params = target, config, config.sampling
+        self.cost_model = cost_model
         self.generator = self.params.generator(target.net.device)
         self.prompt_ids = list(prompt_ids)
         self.max_len = row_max_len(len(prompt_ids), config.max_new_tokens, target.max_context)
@@ -166,7 +171,7 @@ class Row:
         self.drafters = drafters
         self.readers = [d for d in drafters if d.wants_features]  # EAGLE, Medusa: read features
         self.policy = policy
-        self.stats = GenerationStats(drafter=engine.name, prompt_tokens=len(prompt_ids))
+        self.stats = GenerationStats(drafter=name, prompt_tokens=len(prompt_ids))
         self.assembler = TextAssembler(IncrementalDetokenizer(target.tokenizer), config.stop)
         self.tokens = list(prompt_ids)
         self.generated = 0
@@ -367,7 +372,7 @@ class Row:
         proposing = time.perf_counter()
         draft = drafter.propose(self.tokens, budget, self.params, self.generator,
                                 **({"keep_drafting": keep_drafting} if keep_drafting else {}))
-        costs = self.engine.cost_model
+        costs = self.cost_model
         if costs is not None and drafter.name in self.timed_drafters:  # a first call also catches up
             drafted = len(draft) if drafter.stops_early else budget  # a chain that stopped early drafted fewer
             costs.observe_draft(drafter.name, drafted, time.perf_counter() - proposing)
@@ -448,7 +453,7 @@ class Batch:
             else:
                 _guarded(failed, row, row.accept, row_logits, row_features, pass_seconds)
         if len(works) == 1 and not works[0][1].prefill and not failed:  # a row alone: its round is a T(k)
-            costs = works[0][0].engine.cost_model
+            costs = works[0][0].cost_model
             if costs is not None:  # what the round cost (pass, acceptance, commit) corrects T(k) for the policy
                 costs.observe_round(len(works[0][1].ids), time.perf_counter() - started)
         self.last_round = (len(rows), [len(row.draft) for row, work in works if not work.prefill and row not in failed])

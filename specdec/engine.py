@@ -76,7 +76,7 @@ class Engine:
         self.name = names[0] if len(names) == 1 else f"auto({','.join(names)})" if names else "none"
         self.cost_model = cost_model
         self.may_measure = True  # False (a server, once prepared): a cost the model lacks is an error, not a pause
-        self._last_policy: dict[tuple, AdaptivePolicy] = {}  # per (max γ, fixed γ): the latest request's policy
+        self._last_policy: dict[tuple, AdaptivePolicy] = {}  # per (max γ, fixed γ, temperature): the latest request's policy
 
     def needs_costs(self, config: GenerationConfig) -> bool:
         """Whether this config runs the adaptive policy, which needs the cost model."""
@@ -108,7 +108,7 @@ class Engine:
                                 verified=[d.verified_tokens for d in self.drafters],
                                 stops_early=[d.stops_early for d in self.drafters],
                                 looks_up=[d.looks_up for d in self.drafters])
-        key = (config.max_gamma, fixed)
+        key = (config.max_gamma, fixed, config.sampling.temperature)  # acceptance differs by temperature
         if key in self._last_policy:
             policy.continue_from(self._last_policy[key])
         self._last_policy[key] = policy
@@ -139,7 +139,8 @@ class Engine:
         """One request, ready to join a batch: its own drafter instances, policy and cache."""
         prompt_ids = self.check_prompt(prompt_ids)
         policy = self.policy(config) if self.drafters else None
-        return Row(self, prompt_ids, config, [d.for_request() for d in self.drafters], policy)
+        return Row(self.target, prompt_ids, config, [d.for_request() for d in self.drafters], policy, name=self.name,
+                   cost_model=self.cost_model)
 
     def stream(self, prompt_ids: list[int], config: GenerationConfig = GenerationConfig()) -> Iterator[StreamEvent]:
         """Yield the committed tokens round by round; the last event has done=True and final stats."""

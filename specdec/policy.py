@@ -26,6 +26,19 @@ to lose: it decodes plainly, and comes back later with one probe round (which re
 cool-down that doubles while probes keep losing (8, 16, ... 128 rounds) and resets once one pays.
 A drafter that even the prior predicts to lose (a costly one) is first probed after 8 plain rounds.
 
+What speculation may lose is capped, whatever the estimates say: every round adds LOSS_SHARE (1%)
+of a one-token pass to an allowance (`bank`), every speculative round adds what it gained or takes
+what it lost against plain decoding, in one-token passes as the cost model prices them (its pass
+and draft, (T(B, B + n) + D) / T(B, B), against the (accepted + B) / B passes' worth of tokens it
+committed; asking the lookups costs what their proposals cost), and gains bank at most LOSS_BANK
+(6) passes; it starts at LOSS_START (2). While the allowance is below zero, every round is plain:
+no probe, no retry, no lookup asked. So over any n rounds speculation loses at most
+0.01·n one-token passes, plus what the allowance held when they began (at most LOSS_BANK), plus one
+round's worst case (the round that took the allowance below zero): at most 1% of plain decoding's time
+beyond those two constants. The allowance carries on to the next request with the same settings and
+temperature (`continue_from`), so short requests do not each start with a fresh one; where nothing
+has paid for a while, probes and retries wait for it, which makes them rarer the more they lose.
+
 Lookup drafters (n-gram, suffix: `Drafter.looks_up`) cost nothing to ask (a "free" drafter: its
 longest draft costs under 2% of a one-token pass), and what they propose comes with the length of
 the match behind it, which says a lot about whether it will be accepted. So every round, before the
@@ -36,8 +49,9 @@ best of the offers and the model drafters' predictions: a lookup where the text 
 model where it does not (choosing a lookup by its average acceptance instead would spend the rounds
 where it finds no match on plain decoding). While the others are predicted to lose, an offer that
 pays is taken before any probe, and only plain rounds count towards the next probe. An offer of
-nothing (that would not pay even alone in the pass) fades that match length's evidence by
-`memory`, so a match length given up on is retried after some twenty proposals. The proposals depend
+nothing (that would not pay even alone in the pass) fades that match length's recent evidence by
+`memory` towards its long-run value, and the long-run one by LONG_MEMORY towards the prior, so a
+match length given up on is retried only after some hundreds of proposals (and within the allowance). The proposals depend
 only on the committed tokens, and which prefix is kept only on their length and match length, so
 choosing by them keeps every round exact.
 
@@ -54,10 +68,12 @@ keeping token j for the sake of a confident token after it would make j's inclus
 itself, and bias the acceptance test).
 
 α_i is a running, forgetting estimate: each observation of position i counts 1 and older ones are
-discounted by `memory` per observation; a prior (`prior`, weight 1) keeps early estimates sane, and
-a position never drafted yet takes the estimate of the position before it. A drafter passed over
-while another drafts forgets slowly towards its prior (`idle_memory`), so it is tried again when its
-old evidence has faded. A new request on the same engine starts from the estimates the last one
+discounted by `memory` per observation; it shrinks (weight 1) towards the estimate of the position
+before it, and the first position's towards a long-run estimate of it that forgets far more slowly
+(LONG_MEMORY), which itself shrinks towards the prior (`prior`, weight 1); a position never drafted
+yet takes the estimate of the position before it. A
+drafter passed over while another drafts forgets its recent evidence (`idle_memory`) towards its own
+long-run value, not towards the prior: one that lost for long is not retried because it was idle. A new request on the same engine starts from the estimates the last one
 ended with, their evidence halved (`continue_from`). None of this touches exactness: every round is verified by the
 same lossless rule whatever γ and drafter were chosen, and the choice depends only on the past.
 """
@@ -69,6 +85,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from specdec.cost_model import CostModel
+from specdec.theory import expected_tokens_by_position
 
 COOLDOWN_FIRST = 8  # plain rounds before the first probe after speculation stopped paying
 COOLDOWN_MAX = 128
@@ -77,6 +94,10 @@ MATCH_BUCKETS = 6  # lookups' acceptance is kept apart by match length 0, 1, ...
 CARRY = 0.5  # share of its evidence a request's policy passes on to the next request on the same engine
 DECISION_LOG_LIMIT = 200
 CONFIDENCE_EDGES = (0.2, 0.4, 0.6, 0.8, 0.9)  # buckets of a drafter's confidence in a token: [0, 0.2), ... [0.9, 1]
+LONG_MEMORY = 0.995  # the long-run estimate's forgetting per observation (some 200 observations kept)
+LOSS_SHARE = 0.01  # speculation may lose this share of a one-token pass per round (its allowance)...
+LOSS_BANK = 6.0  # ...plus what gains banked, at most this many one-token passes...
+LOSS_START = 2.0  # ...starting from this many (so that the first rounds' luck does not stop it at once)
 
 
 @dataclass(frozen=True)
@@ -88,13 +109,16 @@ class RoundPlan:
 
 
 class PositionAcceptance:
-    """Running α per draft position, forgetting old evidence."""
+    """Running α per draft position, forgetting old evidence by `memory` per observation; each
+    position's estimate shrinks (weight 1) towards the one before it, and the first position's towards
+    a long-run estimate of it that forgets by LONG_MEMORY, itself shrunk towards the prior (weight 1)."""
 
     def __init__(self, prior: float = 0.6, memory: float = 0.9, positions: int = 16) -> None:
         self.prior = prior
         self.memory = memory
-        self.accepted = [0.0] * positions
+        self.accepted = [0.0] * positions  # recent evidence
         self.drafted = [0.0] * positions
+        self.long = [0.0, 0.0]  # the first position's long-run evidence: [accepted, drafted]
 
     def observe(self, drafted: int, accepted: int) -> None:
         """A round drafted `drafted` tokens and the first `accepted` were accepted. Position i was
@@ -102,21 +126,31 @@ class PositionAcceptance:
         for i in range(min(drafted, accepted + 1, len(self.drafted))):
             self.accepted[i] = self.accepted[i] * self.memory + (i < accepted)
             self.drafted[i] = self.drafted[i] * self.memory + 1
+        if drafted:
+            self.long = [self.long[0] * LONG_MEMORY + (accepted > 0), self.long[1] * LONG_MEMORY + 1]
 
-    def fade(self, factor: float) -> None:
-        """Discount all evidence (a drafter not used this round drifts back to its prior)."""
+    def fade(self, factor: float, long_factor: float = 1.0) -> None:
+        """Discount the recent evidence by `factor` (a drafter not used this round drifts back to its
+        own long-run value) and the long-run evidence by `long_factor` (towards the prior)."""
         self.accepted = [a * factor for a in self.accepted]
         self.drafted = [d * factor for d in self.drafted]
+        self.long = [n * long_factor for n in self.long]
 
     def faded_copy(self, factor: float) -> PositionAcceptance:
+        """A copy with its recent evidence discounted by `factor`; the long-run evidence is kept."""
         copy = PositionAcceptance(self.prior, self.memory, positions=len(self.drafted))
-        copy.accepted, copy.drafted = list(self.accepted), list(self.drafted)
+        copy.accepted, copy.drafted, copy.long = list(self.accepted), list(self.drafted), list(self.long)
         copy.fade(factor)
         return copy
 
+    @property
+    def long_run(self) -> float:
+        """The first position's long-run estimate (the prior before any evidence)."""
+        return (self.long[0] + self.prior) / (self.long[1] + 1)
+
     def alphas(self, gamma: int) -> list[float]:
-        """[α_1 .. α_γ]: each position's estimate, shrunk towards the position before (the first: the prior)."""
-        out, previous = [], self.prior
+        """[α_1 .. α_γ]: each position's estimate, shrunk towards the position before (the first: its long-run value)."""
+        out, previous = [], self.long_run
         for i in range(gamma):
             a, d = (self.accepted[i], self.drafted[i]) if i < len(self.drafted) else (0.0, 0.0)
             previous = (a + previous) / (d + 1)
@@ -125,11 +159,7 @@ class PositionAcceptance:
 
     def expected_tokens(self, gamma: int) -> float:
         """E(γ) = 1 + Σ_i Π_{j≤i} α_j."""
-        total, survive = 1.0, 1.0
-        for alpha in self.alphas(gamma):
-            survive *= alpha
-            total += survive
-        return total
+        return expected_tokens_by_position(self.alphas(gamma))
 
 
 class ConfidenceAcceptance:
@@ -227,6 +257,10 @@ class AdaptivePolicy:
         self.cooldown = COOLDOWN_FIRST
         self.plain_streak = 0  # rounds since speculation was last predicted to pay, or probed
         self.rounds = 0
+        self.rows = 1  # rows sharing the pass in the round being planned
+        # speculation's allowance against plain decoding, in one-token passes: LOSS_SHARE a round, plus
+        # what rounds gained (at most LOSS_BANK), less what they lost; below 0 only plain rounds run
+        self.bank = LOSS_START
         self.decisions: list[dict] = []  # the choices, logged when they change
 
     def continue_from(self, earlier: AdaptivePolicy, keep: float = CARRY) -> None:
@@ -241,10 +275,14 @@ class AdaptivePolicy:
         self.by_match = [{key: bucket.faded_copy(keep) for key, bucket in buckets.items()} for buckets in earlier.by_match]
         self.by_confidence = [c.faded_copy(keep) for c in earlier.by_confidence]
         self.cooldown, self.plain_streak = earlier.cooldown, earlier.plain_streak
+        self.bank = earlier.bank  # and so does the allowance: short requests do not each get a fresh one
 
     @property
     def asks_first(self) -> list[int]:
-        """The drafters (lookups) whose proposals `choose` wants every round, asked for up to max γ."""
+        """The drafters (lookups) whose proposals `choose` wants every round, asked for up to max γ;
+        none while speculation's allowance is spent (asking costs time too)."""
+        if self.may_fall_back and self.bank < 0:
+            return []
         return [index for index, first in enumerate(self.looks_first) if first]
 
     def predictions(self, rows: int = 1) -> list[tuple[float, int, int]]:
@@ -272,8 +310,8 @@ class AdaptivePolicy:
             raise ValueError(f"{self.names[index]} looks up chains; it proposed a tree")
         best_k, best = self._best_prefix(index, draft, rows)
         if best_k == 0:
-            if rows == 1 or self._best_prefix(index, draft, 1)[0] == 0:
-                self._bucket(index, draft.match_length).fade(self.memory)
+            if rows == 1 or self._best_prefix(index, draft, 1)[0] == 0:  # recent evidence towards the long
+                self._bucket(index, draft.match_length).fade(self.memory, LONG_MEMORY)  # run, it towards the prior
             return None
         return best, index, best_k
 
@@ -292,31 +330,41 @@ class AdaptivePolicy:
         `proposals`: what the drafters of `asks_first` proposed this round ({index: Draft}); when the
         plan takes one, its γ is how many of those tokens to verify."""
         self.rounds += 1
+        self.rows = rows
+        self.bank = min(self.bank + LOSS_SHARE, LOSS_BANK) - self._asking(proposals or {})
         predictions = self.predictions(rows)
         offers = [offer for index, draft in (proposals or {}).items() if (offer := self.offer(index, draft, rows))]
         best = max(predictions, key=lambda x: (x[0], -x[2])) if predictions else None
         offered = max(offers, key=lambda x: (x[0], -x[2])) if offers else None
-        if best and (best[0] >= 1 or not self.may_fall_back):
+        if self.may_fall_back and self.bank < 0 and (best or offered):
+            self.plain_streak += 1
+            wait = -self.bank / LOSS_SHARE
+            plan = RoundPlan(None, 0, 1.0, f"plain: speculation lost {-self.bank:.2f} one-token passes more than its "
+                                           f"allowance of {LOSS_SHARE:.0%} of a pass a round; it may try again in "
+                                           f"{wait:.0f} rounds")
+        elif best and (best[0] >= 1 or not self.may_fall_back):
             self.cooldown = COOLDOWN_FIRST
             self.plain_streak = 0
             if offered and offered[0] > best[0]:
-                plan = self._lookup_plan(offered, proposals, f"beats {self._why(*best)}")
+                plan = self._lookup_plan(offered, proposals, f"better than {self._why(*best)}")
             else:
                 speedup, index, gamma = best
                 plan = RoundPlan(index, self._ask(index, gamma), speedup, f"best predicted: {self._why(*best)}")
         elif offered:  # the others are predicted to lose; a lookup's match pays
-            losing = f"the best by its running acceptance, {self._why(*best)}, is below 1×" if best else "no other drafter"
+            losing = f"no other drafter is predicted to beat plain decoding; the best: {self._why(*best)}" if best \
+                else "no other drafter"
             plan = self._lookup_plan(offered, proposals, losing)
         elif best and self.plain_streak >= self.cooldown:
             self.cooldown = min(2 * self.cooldown, COOLDOWN_MAX)
             speedup, index, gamma = best
-            plan = RoundPlan(index, self._ask(index, gamma), speedup, f"probe after {self.plain_streak} rounds: {self._why(*best)}")
+            plan = RoundPlan(index, self._ask(index, gamma), speedup,
+                             f"probe after {self.plain_streak} plain rounds, to check the estimate again: {self._why(*best)}")
             self.plain_streak = 0
         else:
             self.plain_streak += 1
-            plan = RoundPlan(None, 0, 1.0, f"plain: the best, {self._why(*best)}, is below 1× and no lookup offers a gain; "
-                                           f"probe again in {self.cooldown - self.plain_streak + 1} rounds" if best
-                             else "plain: no lookup offers a gain")
+            plan = RoundPlan(None, 0, 1.0, f"plain: nothing is predicted to beat plain decoding (the best: {self._why(*best)}); "
+                                           f"next check in {self.cooldown - self.plain_streak + 1} rounds" if best
+                             else "plain: no lookup found anything worth verifying")
         self._log(plan)
         return plan
 
@@ -324,8 +372,9 @@ class AdaptivePolicy:
         """The plan that verifies the first k tokens of a lookup's proposal."""
         speedup, index, keep = lookup
         match = proposals[index].match_length
-        return RoundPlan(index, keep, speedup, f"{self.names[index]}'s match of {match} tokens: {keep} of its "
-                                               f"{len(proposals[index])} tokens predicted {speedup:.2f}× ({why})")
+        return RoundPlan(index, keep, speedup, f"{self.names[index]} found the last {match} tokens earlier in the text: "
+                                               f"verifying {keep} of the {len(proposals[index])} tokens that followed "
+                                               f"them, predicted {speedup:.2f}× plain decoding ({why})")
 
     def _ask(self, index: int, gamma: int) -> int:
         """A drafter that stops drafting by itself (`keep_drafting`) is asked for max γ."""
@@ -349,7 +398,8 @@ class AdaptivePolicy:
 
     def _why(self, speedup: float, index: int, gamma: int) -> str:
         alphas = ", ".join(f"{a:.2f}" for a in self.acceptance[index].alphas(gamma))
-        return f"{self.names[index]} γ={gamma}: predicted {speedup:.2f}× (α {alphas})"
+        return (f"{self.names[index]} drafting {gamma}: predicted {speedup:.2f}× plain decoding "
+                f"(chance of acceptance by position: {alphas})")
 
     def _bucket(self, index: int, match_length: int) -> PositionAcceptance:
         key = min(match_length, MATCH_BUCKETS)
@@ -361,6 +411,7 @@ class AdaptivePolicy:
                 confidence: list[float] | None = None) -> None:
         if plan.drafter is None:
             return  # a plain round: no evidence, and nothing fades (coming back is the probes' job)
+        self.bank = min(self.bank - self._loss(plan.drafter, drafted, accepted), LOSS_BANK)
         for index, acceptance in enumerate(self.acceptance):
             if index == plan.drafter:
                 acceptance.observe(drafted, accepted)
@@ -370,6 +421,21 @@ class AdaptivePolicy:
                     self._bucket(index, match_length).observe(drafted, accepted)
             else:
                 acceptance.fade(self.idle_memory)
+
+    def _loss(self, index: int, drafted: int, accepted: int) -> float:
+        """What a round of drafter `index` cost beyond the tokens it committed, in one-token passes of
+        the batch as the cost model prices them (negative: a gain). Its pass and draft took
+        (T(B, B + n) + D) / T(B, B) plain passes (a lookup asked first: D was paid when asked,
+        `_asking`) and committed (accepted + 1 + B − 1) / B passes' worth."""
+        rows = self.rows
+        draft = 0.0 if self.looks_first[index] else self.costs.draft_seconds(self.names[index], drafted)
+        seconds = self.costs.batch_pass(rows, rows + self.verified[index](drafted)) + draft
+        return seconds / self.costs.batch_pass(rows, rows) - (accepted + rows) / rows
+
+    def _asking(self, proposals: dict) -> float:
+        """What asking these lookups for their proposals cost, in one-token passes of the batch."""
+        asked = sum(self.costs.draft_seconds(self.names[index], max(self.gammas)) for index in proposals)
+        return asked / self.costs.batch_pass(self.rows, self.rows)
 
     def _log(self, plan: RoundPlan) -> None:
         last = self.decisions[-1] if self.decisions else None

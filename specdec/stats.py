@@ -18,12 +18,45 @@ class RoundTally:
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
     gammas: dict[int, int] = field(default_factory=dict)  # draft length asked for → rounds
+    lengths: dict[int, int] = field(default_factory=dict)  # draft positions proposed → rounds that proposed any
+    # per draft position i: rounds that drafted it with every position before it accepted, and of those
+    # the rounds that accepted it (the run-aware acceptance's evidence: `theory.fit_runs`)
+    reached: list[int] = field(default_factory=list)
+    accepted_reached: list[int] = field(default_factory=list)
+
+    def record(self, drafted: int, accepted: int) -> None:
+        """The per-position evidence of one round that drafted `drafted` positions and accepted `accepted`."""
+        if drafted:
+            self.lengths[drafted] = self.lengths.get(drafted, 0) + 1
+        grow = drafted - len(self.reached)
+        self.reached.extend([0] * grow)
+        self.accepted_reached.extend([0] * grow)
+        for i in range(min(drafted, accepted + 1)):
+            self.reached[i] += 1
+            self.accepted_reached[i] += i < accepted
+
+    def add(self, other: RoundTally) -> None:
+        """Sum another tally (of the same drafter) into this one."""
+        for key in ("rounds", "drafting_rounds", "drafted", "accepted", "verified_tokens", "committed", "draft_seconds",
+                    "verify_seconds"):
+            setattr(self, key, getattr(self, key) + getattr(other, key))
+        for mine, theirs in ((self.gammas, other.gammas), (self.lengths, other.lengths)):
+            for key, n in theirs.items():
+                mine[key] = mine.get(key, 0) + n
+        grow = len(other.reached) - len(self.reached)
+        self.reached.extend([0] * grow)
+        self.accepted_reached.extend([0] * grow)
+        for i, (r, a) in enumerate(zip(other.reached, other.accepted_reached)):
+            self.reached[i] += r
+            self.accepted_reached[i] += a
 
     def to_dict(self) -> dict:
         return {"rounds": self.rounds, "drafting_rounds": self.drafting_rounds, "drafted": self.drafted, "accepted": self.accepted,
                 "verified_tokens": self.verified_tokens, "committed": self.committed, "draft_seconds": round(self.draft_seconds, 4),
                 "verify_seconds": round(self.verify_seconds, 4),
-                "gammas": {str(g): n for g, n in sorted(self.gammas.items())}}
+                "gammas": {str(g): n for g, n in sorted(self.gammas.items())},
+                "lengths": {str(k): n for k, n in sorted(self.lengths.items())},
+                "reached": list(self.reached), "accepted_reached": list(self.accepted_reached)}
 
 
 @dataclass
@@ -70,6 +103,7 @@ class GenerationStats:
         tally.draft_seconds += draft_seconds
         tally.verify_seconds += verify_seconds
         tally.gammas[gamma] = tally.gammas.get(gamma, 0) + 1
+        tally.record(drafted, accepted)
         self.draft_seconds += draft_seconds
         self.verify_seconds += verify_seconds
         self.rounds += 1
@@ -99,12 +133,7 @@ class GenerationStats:
                 total.drafted_per_position[i] += d
                 total.accepted_per_position[i] += a
             for name, tally in run.by_drafter.items():
-                into = total.by_drafter.setdefault(name, RoundTally())
-                for key in ("rounds", "drafting_rounds", "drafted", "accepted", "verified_tokens", "committed", "draft_seconds",
-                            "verify_seconds"):
-                    setattr(into, key, getattr(into, key) + getattr(tally, key))
-                for gamma, n in tally.gammas.items():
-                    into.gammas[gamma] = into.gammas.get(gamma, 0) + n
+                total.by_drafter.setdefault(name, RoundTally()).add(tally)
         return total
 
     @property

@@ -8,7 +8,8 @@ import pytest
 
 from specdec.cost_model import CostModel, DraftCost, best_batch
 from specdec.drafters.base import Draft
-from specdec.policy import COOLDOWN_FIRST, COOLDOWN_MAX, AdaptivePolicy, PositionAcceptance
+import specdec.policy as policy_module
+from specdec.policy import COOLDOWN_FIRST, COOLDOWN_MAX, LOSS_SHARE, LOSS_START, AdaptivePolicy, PositionAcceptance
 from specdec.theory import best_gamma, expected_tokens_per_pass
 
 
@@ -50,9 +51,28 @@ def test_estimates_start_at_the_prior_and_follow_the_evidence():
     assert acceptance.drafted[1:] == before[1:]  # positions after the rejection were not reached: no evidence
     for _ in range(100):
         acceptance.observe(drafted=2, accepted=0)
-    # old evidence forgotten: the estimate falls to its floor, the prior's weight of 1 against the
-    # 1 / (1 − memory) = 10 observations the memory keeps: 0.6 / 11
-    assert acceptance.alphas(2)[0] == pytest.approx(0.6 / 11, abs=1e-3)
+    # old evidence forgotten: the estimate falls to its floor, the long-run value's weight of 1 against
+    # the 1 / (1 − memory) = 10 observations the memory keeps: L / 11, with L the first position's
+    # long-run estimate (the prior, weight 1, against some 150 discounted observations, most of them 0)
+    long_run = acceptance.long_run
+    assert 0.2 < long_run < 0.5
+    assert acceptance.alphas(2)[0] == pytest.approx(long_run / 11, abs=1e-3)
+
+
+def test_a_drafter_passed_over_fades_towards_its_own_long_run_value_not_the_prior():
+    """A drafter that lost for long (1 in 10 accepted) and then sat idle: its recent evidence fades
+    (`idle_memory`, 0.98 a round, over 500 rounds) and its estimate comes back to its own long-run
+    value, near 0.1, where fading towards the prior would have brought it back to 0.6 (the control)."""
+    acceptance = PositionAcceptance(prior=0.6, memory=0.9)
+    for round_number in range(300):
+        acceptance.observe(drafted=1, accepted=int(round_number % 10 == 0))
+    for _ in range(500):
+        acceptance.fade(0.98)
+    assert acceptance.alphas(1)[0] == pytest.approx(acceptance.long_run, abs=1e-3)
+    assert acceptance.long_run < 0.15
+    control = acceptance.faded_copy(1.0)
+    control.fade(1.0, long_factor=0.0)  # the long run forgotten as well: back to the prior
+    assert control.alphas(1)[0] == pytest.approx(0.6, abs=1e-3)
 
 
 @pytest.mark.parametrize("alpha,c,growth", [(0.8, 0.1, 0.0), (0.6, 0.05, 0.0), (0.9, 0.02, 0.1), (0.5, 0.0, 0.3)])
@@ -202,7 +222,7 @@ def test_a_paying_lookup_comes_before_probes_and_only_plain_rounds_count_towards
         policy.observe(plan, plan.gamma, plan.gamma, 6)
     silent = [policy.choose(proposals={0: Draft([])}) for _ in range(COOLDOWN_FIRST + 1)]
     assert [p.drafter for p in silent] == [None] * COOLDOWN_FIRST + [1]
-    assert silent[-1].reason.startswith(f"probe after {COOLDOWN_FIRST} rounds")
+    assert silent[-1].reason.startswith(f"probe after {COOLDOWN_FIRST} plain rounds")
 
 
 def test_auto_picks_the_drafter_that_is_accepted_more():
@@ -363,3 +383,67 @@ def test_a_chain_learns_what_its_confidence_is_worth():
         hopeful.observe(plan, 2, 2, confidence=[0.05, 0.05])  # unsure, and right
     assert hopeful.by_confidence[0].rate(0.05) > 0.9 and hopeful.keep_drafting(plan)([0.05])
     assert hopeful.by_confidence[0].rate(0.5) == 0.5  # other buckets keep their prior
+
+
+def losing_requests(requests: int, rounds: int, prior: float, seed: int = 0) -> tuple[float, int, float]:
+    """A lookup (free to ask, a verified token costs 0.3 of a pass, matches of 0 to 6 tokens) and a
+    model drafter (0.3 of a pass a token) whose tokens are never accepted, over `requests` requests on
+    one engine (each policy continues from the last). Returns (the time lost against plain decoding,
+    in one-token passes, counted here from the costs: each speculative round's pass and draft less the
+    one token it committed; the rounds; the worst one round could lose)."""
+    cost_model = costs(0.3, lookup=0.0, model=0.3)
+    rng, earlier, lost = random.Random(seed), None, 0.0
+    for _ in range(requests):
+        policy = AdaptivePolicy(cost_model, ["lookup", "model"], max_gamma=8, looks_up=[True, False], prior=prior)
+        if earlier:
+            policy.continue_from(earlier)
+        for _ in range(rounds):
+            proposals = {i: Draft([0] * 8, match_length=rng.randrange(0, 7)) for i in policy.asks_first}
+            plan = policy.choose(proposals=proposals)
+            if plan.drafter is not None:
+                name = policy.names[plan.drafter]
+                lost += cost_model.target_pass(plan.gamma + 1) + cost_model.draft_seconds(name, plan.gamma) - 1
+            match = proposals[plan.drafter].match_length if plan.drafter in proposals else 0
+            policy.observe(plan, plan.gamma, 0, match)
+        earlier = policy
+    worst = cost_model.target_pass(9) + cost_model.draft_seconds("model", 8) - 1
+    return lost, requests * rounds, worst
+
+
+@pytest.mark.parametrize("prior", [0.6, 0.9])
+def test_what_speculation_loses_stays_within_its_allowance(prior, monkeypatch):
+    """Nothing ever pays: over 10 requests of 200 rounds the policy's probes and retries lose at most
+    LOSS_START + LOSS_SHARE · rounds + one round's worst case (2 + 20 + 4.8 one-token passes: about 1%
+    of plain decoding's time, plus those constants). Deterministic (seeded); the control, the same
+    policy with its allowance switched off (an allowance that never runs out), loses more than the
+    bound when its prior is hopeful (0.9): the cooldowns alone do not cap the loss."""
+    lost, rounds, worst = losing_requests(10, 200, prior)
+    bound = LOSS_START + LOSS_SHARE * rounds + worst
+    assert 0 < lost <= bound, (lost, bound)
+    if prior == 0.9:
+        monkeypatch.setattr(policy_module, "LOSS_SHARE", 1e9)
+        unbounded, _, _ = losing_requests(10, 200, prior)
+        assert unbounded > bound, (unbounded, bound)
+
+
+def test_asking_stops_while_the_allowance_is_spent(monkeypatch):
+    """A lookup that costs just under the 2% of a pass that makes it free to ask, whose proposals are
+    never worth verifying: asked while the allowance lasts, not once it is spent, asked again as it
+    refills (1% a round). Over 1,000 rounds: the starting 2 passes pay for some 100 asks, then one ask
+    every other round, so about 550 (deterministic); without the allowance it would be asked in all
+    1,000 (the control)."""
+    def asks(share: float) -> int:
+        cost_model = CostModel({k: 1 + 0.7 * (k - 1) for k in range(1, 10)}, {"lookup": DraftCost(0.0, 0.0199 / 8)})
+        policy = AdaptivePolicy(cost_model, ["lookup"], max_gamma=8, looks_up=[True])
+        monkeypatch.setattr(policy_module, "LOSS_SHARE", share)
+        asked = 0
+        for _ in range(1000):
+            proposals = {i: Draft([0] * 8, match_length=0) for i in policy.asks_first}
+            asked += bool(proposals)
+            plan = policy.choose(proposals=proposals)
+            assert plan.drafter is None  # a verified token costs 0.7 of a pass: even the prior (0.6) loses
+            policy.observe(plan, plan.gamma, 0, 0)
+        return asked
+
+    assert 450 <= asks(LOSS_SHARE) <= 650
+    assert asks(1e9) == 1000

@@ -71,7 +71,8 @@ def measure_draft_cost(model, drafter, context: int, max_gamma: int, repeats: in
     """Time `drafter` proposing 1 and `max_gamma` tokens after a repetitive synthetic context.
 
     The context repeats one random block, so that lookup drafters find matches and propose in
-    full. A drafter that drafts from the target's own layers gets the target's cache, prefilled."""
+    full; they are asked after a context one token longer each call, as in decoding. A drafter that
+    drafts from the target's own layers gets the target's cache, prefilled."""
     from specdec.drafters.base import Features
     from specdec.runtime.llama import Segment
 
@@ -90,11 +91,19 @@ def measure_draft_cost(model, drafter, context: int, max_gamma: int, repeats: in
     greedy = SamplingParams()
     generator = greedy.generator(net.device)
 
+    # a lookup is timed as rounds find it, one committed token later each call (an index it keeps
+    # grows); a model drafter after the context its cache holds
+    grown = (block * ((context + 2 * repeats + 2) // len(block) + 1)) if drafter.looks_up else None
+    calls = 0
+
     def timed(gamma: int) -> float:
+        nonlocal calls
         times = []
         for _ in range(repeats + 1):  # the first call of each size is a warm-up (and a catch-up)
+            asked = grown[:context + calls] if grown else tokens
+            calls += 1
             start = time.perf_counter()
-            drafter.propose(tokens, gamma, greedy, generator)
+            drafter.propose(asked, gamma, greedy, generator)
             times.append(time.perf_counter() - start)
         return statistics.median(times[1:])
 
