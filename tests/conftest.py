@@ -109,11 +109,44 @@ def draft_model(tiny_draft_folder):
 
 
 @pytest.fixture(scope="module")
+def chat_folder(tiny_folder, tmp_path_factory):
+    """The tiny model with a word-level chat template (`live_server.CHAT_TEMPLATE`), for the server's tests."""
+    import shutil
+
+    from live_server import CHAT_TEMPLATE
+
+    folder = tmp_path_factory.mktemp("tiny-chat") / "model"
+    shutil.copytree(tiny_folder, folder)
+    (folder / "chat_template.jinja").write_text(CHAT_TEMPLATE)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def live(chat_folder):
+    """A live server on the tiny chat model, choosing between prompt lookup and suffix drafting."""
+    from live_server import LiveServer, make_service
+
+    server = LiveServer(make_service(chat_folder, "auto:ngram,suffix"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
 def first_tokens_law(tiny_target):
     """The exact law of a sampled run's first tokens on the tiny target (`whole_runs`)."""
     from whole_runs import NEW_TOKENS, TOP_K, exact_first_tokens_law
 
     law = exact_first_tokens_law(tiny_target)
     assert len(law) == TOP_K**NEW_TOKENS and abs(sum(law.values()) - 1) < 1e-5
+    return law
+
+
+@pytest.fixture(scope="module")
+def top_p_law(tiny_target):
+    """The exact law of a run's first tokens with top-p 0.8 on the tiny target (`whole_runs.TOP_P_LAW`)."""
+    from whole_runs import TOP_P_LAW, exact_first_tokens_law
+
+    law = exact_first_tokens_law(tiny_target, TOP_P_LAW)
+    assert len(law) == 2350 and abs(sum(law.values()) - 1) < 1e-5
     return law
 

@@ -11,7 +11,7 @@ import threading
 
 import httpx
 import pytest
-from test_serve import MODEL, PROMPT, LiveServer, chat_folder, free_port, make_service  # noqa: F401
+from live_server import MODEL, PROMPT, LiveServer, free_port, make_service
 
 from specdec.cli import main
 
@@ -20,7 +20,7 @@ NEW_TOKENS = 8
 
 
 @pytest.fixture(scope="module")
-def server(chat_folder):  # noqa: F811
+def server(chat_folder):
     """The server `specdec serve` runs (uvicorn, on a free loopback port), with an API key and a fixed γ."""
     live = LiveServer(make_service(chat_folder, "ngram", api_key=KEY, gamma=3, max_gamma=3, max_batch=1))
     yield live.url
@@ -43,7 +43,7 @@ def bench(capsys, *argv) -> tuple[int, dict | None, str]:
     return code, json.loads(lines[-1])["summary"] if code == 0 else None, captured.err
 
 
-def test_two_endpoints_are_measured_with_their_speculation(server, prompts, chat_folder, tmp_path, capsys):  # noqa: F811
+def test_two_endpoints_are_measured_with_their_speculation(server, prompts, chat_folder, tmp_path, capsys):
     out = tmp_path / "out"
     code, summary, err = bench(capsys, "--prompts", str(prompts), "--out-dir", str(out), "--api-key", KEY,
                                "--endpoint", server, "--label", "ours", "--endpoint", server + "/v1/", "--label", "again")
@@ -78,7 +78,7 @@ def test_two_endpoints_are_measured_with_their_speculation(server, prompts, chat
     assert first["text"] == json.loads(capsys.readouterr().out.strip().splitlines()[-1])["text"]
 
 
-def test_an_endpoint_beside_the_local_methods(server, chat_folder, tmp_path, capsys):  # noqa: F811
+def test_an_endpoint_beside_the_local_methods(server, chat_folder, tmp_path, capsys):
     prompts = tmp_path / "p.txt"
     prompts.write_text(PROMPT + "\n")
     code, summary, err = bench(capsys, "--prompts", str(prompts), "--out-dir", str(tmp_path / "out"), "--model",

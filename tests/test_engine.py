@@ -3,16 +3,20 @@
 Whole-generation distribution test: the target samples with temperature 1 and top-k = 3, so the
 first 4 new tokens have 3^4 = 81 possible values, whose exact probabilities come from the target by
 enumeration (40 forward passes). 3,000 seeded generations of 4 tokens are run with plain sampling,
-prompt lookup, the draft model, early exit, suffix drafting, an EAGLE head as a chain and as a
-tree, and Medusa heads (a static tree) (γ = 3), and with the adaptive policy
-choosing among all four drafters and γ each round ("auto"), and each histogram is compared with the
+with each drafter kind `--drafter` takes (`whole_runs.SPECULATIVE_KINDS`, from `specdec.drafter_kinds`:
+prompt lookup, the draft model, early exit, suffix drafting, EAGLE and EAGLE-3 heads as chains and
+as trees, Medusa heads as a static tree; γ = 3), and with the adaptive policy
+choosing among all of them and γ each round ("auto"), and each histogram is compared with the
 exact law by a chi-square test at ALPHA = 1e-3 (false-positive rate 0.1% per test). At 3,000 runs,
 68 of the 81 cells expect at least 5 counts and the other 13 (1.3% of the mass) are pooled: 69 cells,
 68 degrees of freedom, critical chi-square 109.8. The negative control runs the same speculative
 engines with a verifier that accepts every draft and must fail (p < 1e-3); tree rounds get a
 verifier that walks down the first children to a leaf. A second, subtler negative control keeps the
 right acceptance test but resamples a rejected position from p instead of norm(max(0, p − q)); it
-must fail too, for the drafters whose drafts overlap the target's top-3 (see its test).
+must fail too, for the drafters whose drafts overlap the target's top-3 (see its test). The same
+test with top-p 0.8 instead of top-k (3 tokens: 2,350 sequences, 111 cells after pooling, 110 dof)
+runs with the draft model and an EAGLE tree, with its negative control (measured on seeds 0..2999:
+p = 0.24 and 0.19; the controls give p = 0, an accepted draft outside the target's nucleus).
 """
 
 from __future__ import annotations
@@ -31,12 +35,12 @@ from specdec.runtime import load_model
 from specdec.runtime.tokenizer import IncrementalDetokenizer
 from specdec.sampling import SamplingParams
 from stat_helpers import ALPHA, accept_everything, residual_from_p, tree_accept_first_children
-from whole_runs import (NEW_TOKENS, PROMPT, RUNS, TOP_K, auto_engine, drafters, law_pvalue, lookup,
-                        synthetic_costs)
+from whole_runs import (PROMPT, RUNS, SPECULATIVE_KINDS, TOP_K_LAW, TOP_P_LAW, LawSetting, auto_engine, drafters,
+                        law_pvalue, lookup, synthetic_costs)
 
 
 @pytest.mark.parametrize("gamma", [1, 3, 6])
-@pytest.mark.parametrize("kind", ["ngram", "draft", "early", "suffix", "eagle", "eagle-tree", "eagle3", "eagle3-chain", "medusa"])
+@pytest.mark.parametrize("kind", SPECULATIVE_KINDS)
 def test_greedy_speculative_equals_plain(tiny_target, draft_model, kind, gamma):
     config = GenerationConfig(max_new_tokens=60, gamma=gamma, ignore_eos=True)
     plain = Engine(tiny_target).generate(PROMPT, config)
@@ -49,7 +53,7 @@ def test_greedy_speculative_equals_plain(tiny_target, draft_model, kind, gamma):
     assert spec.stats.target_passes < plain.stats.target_passes == 60
 
 
-@pytest.mark.parametrize("kind", ["ngram", "draft", "early", "suffix", "eagle", "eagle-tree", "eagle3", "eagle3-chain", "medusa"])
+@pytest.mark.parametrize("kind", SPECULATIVE_KINDS)
 def test_greedy_adaptive_gamma_equals_plain(tiny_target, draft_model, kind):
     config = GenerationConfig(max_new_tokens=60, ignore_eos=True)  # γ = auto
     drafter = drafters(tiny_target, draft_model)[kind]
@@ -58,10 +62,12 @@ def test_greedy_adaptive_gamma_equals_plain(tiny_target, draft_model, kind):
     assert spec.stats.drafted > 0 and spec.stats.decisions
 
 
-@pytest.mark.parametrize("draft_cost", [0.02, 0.6])
+@pytest.mark.parametrize("draft_cost", [0.02, 1.0])
 def test_greedy_adaptive_drafter_choice_equals_plain(tiny_target, draft_model, draft_cost):
-    """Cheap drafts: the policy switches drafters and γ; dear ones (0.6 of a pass a token): the free
-    lookups are used, the model drafters only probed. Either way the output is plain decoding's."""
+    """Cheap drafts: the policy switches drafters and γ; dear ones (a whole pass a token, so that
+    even drafts that are always accepted cannot pay): the free lookups are used, the model drafters
+    only probed. Either way the output is plain decoding's. (At 0.6 of a pass a token a model drafter
+    that the tiny target agrees with 9 times in 10 would pay, and the policy rightly takes it.)"""
     config = GenerationConfig(max_new_tokens=120, ignore_eos=True)
     spec = auto_engine(tiny_target, draft_model, draft_cost).generate(PROMPT, config)
     assert spec.token_ids == Engine(tiny_target).generate(PROMPT, config).token_ids
@@ -202,12 +208,14 @@ def test_bad_prompts_are_refused(tiny_folder):
 
 # --- whole generations against the exact law -------------------------------------------------
 
-def sampled_pvalue(engine: Engine, law: dict, gamma: int | str = 3, choices: set | None = None) -> float:
-    """p-value of RUNS seeded generations against `law`; `choices` collects each run's policy decisions."""
+def sampled_pvalue(engine: Engine, law: dict, gamma: int | str = 3, choices: set | None = None,
+                   setting: LawSetting = TOP_K_LAW) -> float:
+    """p-value of RUNS seeded generations with `setting` against its `law`; `choices` collects each
+    run's policy decisions."""
     counts: dict[tuple[int, ...], int] = {}
     for seed in range(RUNS):
-        config = GenerationConfig(max_new_tokens=NEW_TOKENS, gamma=gamma, ignore_eos=True,
-                                  sampling=SamplingParams(temperature=1.0, top_k=TOP_K, seed=seed))
+        config = GenerationConfig(max_new_tokens=setting.new_tokens, gamma=gamma, ignore_eos=True,
+                                  sampling=setting.seeded(seed))
         result = engine.generate(PROMPT, config)
         key = tuple(result.token_ids)
         counts[key] = counts.get(key, 0) + 1
@@ -236,9 +244,9 @@ def test_a_chain_that_stops_by_its_confidence_negative_control(tiny_target, draf
     assert sampled_pvalue(confident_chain(tiny_target, draft_model), first_tokens_law, "auto") < ALPHA
 
 
-@pytest.mark.parametrize("kind", ["plain", "ngram", "draft", "early", "suffix", "eagle", "eagle-tree", "eagle3", "medusa"])
+@pytest.mark.parametrize("kind", ["none", *SPECULATIVE_KINDS])
 def test_whole_generations_follow_the_target_distribution(tiny_target, draft_model, first_tokens_law, kind):
-    drafter = None if kind == "plain" else drafters(tiny_target, draft_model)[kind]
+    drafter = None if kind == "none" else drafters(tiny_target, draft_model)[kind]
     assert sampled_pvalue(Engine(tiny_target, drafter), first_tokens_law) > ALPHA
 
 
@@ -256,12 +264,31 @@ def test_whole_generations_with_the_adaptive_policy_negative_control(tiny_target
     assert sampled_pvalue(auto_engine(tiny_target, draft_model), first_tokens_law, "auto") < ALPHA
 
 
-@pytest.mark.parametrize("kind", ["ngram", "draft", "early", "suffix", "eagle", "eagle-tree", "eagle3", "medusa"])
+@pytest.mark.parametrize("kind", SPECULATIVE_KINDS)
 def test_whole_generations_negative_control(tiny_target, draft_model, first_tokens_law, kind, monkeypatch):
     monkeypatch.setattr(batch_module, "speculative_sample", accept_everything)
     monkeypatch.setattr(batch_module, "tree_sample", tree_accept_first_children)
     drafter = drafters(tiny_target, draft_model)[kind]
     assert sampled_pvalue(Engine(tiny_target, drafter), first_tokens_law) < ALPHA
+
+
+TOP_P_KINDS = ["draft", "eagle-tree"]  # a chain with a full q, and a dynamic tree
+
+
+@pytest.mark.parametrize("kind", TOP_P_KINDS)
+def test_whole_generations_with_top_p_follow_the_target_distribution(tiny_target, draft_model, top_p_law, kind):
+    """Top-p 0.8 at T = 1 (`TOP_P_LAW`: 3 tokens, 111 cells, 110 dof, fail when p < ALPHA = 1e-3): the
+    nucleus cuts p and q alike, and a draft outside the target's nucleus must be rejected."""
+    drafter = drafters(tiny_target, draft_model)[kind]
+    assert sampled_pvalue(Engine(tiny_target, drafter), top_p_law, setting=TOP_P_LAW) > ALPHA
+
+
+@pytest.mark.parametrize("kind", TOP_P_KINDS)
+def test_whole_generations_with_top_p_negative_control(tiny_target, draft_model, top_p_law, kind, monkeypatch):
+    monkeypatch.setattr(batch_module, "speculative_sample", accept_everything)
+    monkeypatch.setattr(batch_module, "tree_sample", tree_accept_first_children)
+    drafter = drafters(tiny_target, draft_model)[kind]
+    assert sampled_pvalue(Engine(tiny_target, drafter), top_p_law, setting=TOP_P_LAW) < ALPHA
 
 
 @pytest.mark.parametrize("kind", ["draft", "early", "suffix"])

@@ -254,22 +254,29 @@ def test_bad_heads_are_refused(tiny_target, tmp_path):
         build_drafters("eagle", tiny_target)
 
 
-def test_eagle_tree_leaves_out_tokens_the_sampling_transform_cuts():
-    """Under top-k = 2 only two tokens have q > 0: log q is −inf elsewhere and the tree takes only
-    those two children, even when asked for four (with log q clamped to 1e-30 it took all four,
-    wasting two nodes on tokens that can never be accepted)."""
+def test_eagle_tree_leaves_out_tokens_the_sampling_transform_cuts(tiny_target):
+    """Under top-k = 2 only two tokens have q > 0 at each node: log q is −inf elsewhere and the tree
+    gives every node at most those two children, though it asks for four (with log q clamped to 1e-30
+    it took all four, wasting two nodes on tokens that can never be accepted). Seen in the trees of a
+    sampled run's trace; without top-k the same drafter does give a node four children."""
+    from collections import Counter
+
+    from random_heads import random_eagle_head
     from specdec.drafters.eagle import EagleDrafter
+    from specdec.engine import Engine, GenerationConfig
     from specdec.sampling import SamplingParams
 
-    from types import SimpleNamespace
+    drafter = EagleDrafter(tiny_target, random_eagle_head(tiny_target), name="eagle-tree", tree_budget=16, top_k=4)
 
-    logits = torch.tensor([2.0, 1.0, 0.5, 0.1, -1.0, -3.0])  # over a draft vocabulary of 6 target ids
-    drafter = SimpleNamespace(vocab_ids=torch.tensor([3, 7, 8, 20, 31, 40]))
-    log_q, ids = EagleDrafter._top(drafter, logits, SamplingParams(temperature=1.0, top_k=2), 4)
-    assert ids[:2] == [3, 7] and sum(v > float("-inf") for v in log_q) == 2  # mapped to target ids
-    tokens, parents, scores, depths = [], [], [], []
-    added = EagleDrafter._add(tokens, parents, scores, depths, -1, (log_q, ids))
-    assert tokens == [3, 7] and len(added) == 2
+    def most_children(top_k: int) -> int:
+        config = GenerationConfig(max_new_tokens=30, gamma=3, ignore_eos=True, trace=True,
+                                  sampling=SamplingParams(temperature=1.0, top_k=top_k, seed=0))
+        trees = [r.tree for r in Engine(tiny_target, drafter).generate([5, 9, 12, 7, 5, 9], config).rounds if r.tree]
+        assert trees
+        return max(count for tree in trees for count in Counter(tree.parents).values())
+
+    assert most_children(2) == 2
+    assert most_children(0) == 4  # the control: the bound is the transform's, not the tree's
 
 
 def test_eagle3_unrolled_chain_equals_drafting_step_by_step(tiny_target):

@@ -12,9 +12,7 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -26,69 +24,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openai import OpenAI
 
+from live_server import MODEL, PROMPT, LiveServer, free_port, make_service, post, wait_for
 from specdec.cli import main
-from specdec.drafters import build_drafters
-from specdec.runtime import load_model
-from specdec.serve.app import GracefulServer
 from specdec.serve.load_test import run_load_test, speculation_setting
 from specdec.serve.scheduler import Scheduler, ServerBusy
-from specdec.serve.service import ServeSettings, Service
-
-MODEL = "tiny"
-CHAT_TEMPLATE = "{% for m in messages %}t2 {{ m['content'] }} {% endfor %}{% if add_generation_prompt %}t3{% endif %}"
-PROMPT = "t5 t9 t12 t7 t5 t9 t12 t7 t5"  # repetitive: prompt lookup finds drafts
-
-
-@pytest.fixture(scope="module")
-def chat_folder(tiny_folder, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tiny-chat") / "model"
-    shutil.copytree(tiny_folder, folder)
-    (folder / "chat_template.jinja").write_text(CHAT_TEMPLATE)
-    return folder
-
-
-class LiveServer:
-    """The server `specdec serve` runs (GracefulServer, uvicorn) on a free loopback port, in a thread."""
-
-    def __init__(self, service: Service, shutdown_timeout: float = 30.0) -> None:
-        self.service = service
-        self.server = GracefulServer(service, "127.0.0.1", 0, shutdown_timeout, log_level="warning")
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            assert time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.01)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
-
-
-def make_service(folder, drafter="ngram", **settings) -> Service:
-    target = load_model(str(folder))
-    service = Service(target, build_drafters(drafter, target), ServeSettings(model_id=MODEL, **settings))
-    service.prepare()
-    return service
-
-
-@pytest.fixture(scope="module")
-def live(chat_folder):
-    server = LiveServer(make_service(chat_folder, "auto:ngram,suffix"))
-    yield server
-    server.stop()
 
 
 @pytest.fixture(scope="module")
 def client(live):
     return OpenAI(base_url=live.url + "/v1", api_key="unused", max_retries=0)
-
-
-def post(live, path, body, **kwargs):
-    content = body if isinstance(body, (str, bytes)) else json.dumps(body)
-    return httpx.post(live.url + path, content=content, headers={"Content-Type": "application/json"}, timeout=30, **kwargs)
 
 
 def test_greedy_chat_matches_specdec_generate(client, chat_folder, capsys):
@@ -238,13 +182,6 @@ def gated(engine, gate: threading.Event):
     engine.row = row
 
 
-def wait_for(predicate, seconds=10.0):
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
-
-
 def test_full_queue_answers_429_and_a_departed_client_frees_its_place(chat_folder):
     service = make_service(chat_folder, "none", max_pending=2)
     gate = threading.Event()
@@ -300,13 +237,15 @@ def test_cancelled_jobs_give_their_place_back_and_stop_within_a_round(tiny_targe
         later = scheduler.submit(engine, [5, 9, 12], config)
         scheduler.cancel(running)  # a running one stops at the end of its round
         gate.set()
-        while running in scheduler._jobs:
+        while not running.released:
             await asyncio.sleep(0.01)
-        updates = list(running.updates._queue)
+        updates = []
+        while not running.updates.empty():
+            updates.append(running.updates.get_nowait())
         assert len(updates) <= 1 and all(u.stats is None for u in updates)  # no final update: it did not finish
         scheduler.close()  # shutdown cancels what is left
         await asyncio.sleep(0.05)
-        assert not waiting.started and later.cancelled and not scheduler._jobs
+        assert not waiting.started and later.cancelled and scheduler.running == scheduler.waiting == 0
 
     asyncio.run(scenario())
 
@@ -415,12 +354,6 @@ def test_fuzzed_request_bodies_never_get_a_server_error(live, chat, data):
         assert response.json()["error"]["message"]
     elif body.get("stream"):
         assert response.text.rstrip().endswith("data: [DONE]") and '"error"' not in response.text, response.text
-
-
-def free_port() -> int:
-    with contextlib.closing(socket.socket()) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM])

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from test_serve import MODEL, PROMPT, LiveServer, chat_folder, make_service  # noqa: F401
+from live_server import MODEL, PROMPT, LiveServer, make_service, wait_for
 
 from specdec.batch import Batch
 from specdec.drafters.ngram import PromptLookupDrafter
@@ -41,6 +41,7 @@ class FailsOnThirdProposal(PromptLookupDrafter):
     armed = True
 
     def begin(self, prompt_ids, max_len, target_cache=None) -> None:
+        super().begin(prompt_ids, max_len, target_cache)
         self.proposals = 0
 
     def propose(self, tokens, max_tokens, params, generator):
@@ -88,14 +89,7 @@ def test_a_row_whose_cache_overflows_fails_alone(tiny_target):
     assert kept.tokens[len(PROMPTS[0]):] == alone
 
 
-def wait_for(predicate, seconds=10.0):
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
-
-
-def test_a_failing_request_gets_its_error_and_the_others_their_answers(chat_folder):  # noqa: F811
+def test_a_failing_request_gets_its_error_and_the_others_their_answers(chat_folder):
     target = load_model(str(chat_folder))
     drafter = FailsOnThirdProposal()
     drafter.armed = False  # while the server measures its costs
@@ -122,7 +116,7 @@ def test_a_failing_request_gets_its_error_and_the_others_their_answers(chat_fold
         server.stop()
 
 
-def test_a_broken_worker_fails_what_it_holds_and_health_says_503(chat_folder, monkeypatch):  # noqa: F811
+def test_a_broken_worker_fails_what_it_holds_and_health_says_503(chat_folder, monkeypatch):
     service = make_service(chat_folder, "none")
     server = LiveServer(service)
     body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 8, "temperature": 0}
@@ -143,7 +137,7 @@ def test_a_broken_worker_fails_what_it_holds_and_health_says_503(chat_folder, mo
         server.stop()
 
 
-def test_sequential_clients_at_the_bound_never_get_429(chat_folder, monkeypatch):  # noqa: F811
+def test_sequential_clients_at_the_bound_never_get_429(chat_folder, monkeypatch):
     service = make_service(chat_folder, "none", max_pending=4, max_batch=4)
     send = scheduler_module.Job.send
 
@@ -166,7 +160,7 @@ def test_sequential_clients_at_the_bound_never_get_429(chat_folder, monkeypatch)
         assert statuses == [200] * 20  # 20 requests, never more than 4 in flight
         health = httpx.get(server.url + "/health").json()
         assert health["running"] == 0 and health["waiting"] == 0
-        wait_for(lambda: "specdec_batch_rows 0.0" in httpx.get(server.url + "/metrics").text, seconds=2)
+        wait_for(lambda: "specdec_batch_rows 0.0" in httpx.get(server.url + "/metrics").text)
     finally:
         server.stop()
 
@@ -198,7 +192,7 @@ def test_the_place_is_free_when_the_answer_ends(tiny_target, monkeypatch):
     assert asyncio.run(scenario())
 
 
-def test_nothing_is_measured_while_serving(chat_folder, monkeypatch):  # noqa: F811
+def test_nothing_is_measured_while_serving(chat_folder, monkeypatch):
     """Once prepared, every speculation setting a request may send runs on the measured costs; a γ
     past the server's bound gets a 400 naming the bound (it once paused every stream to measure)."""
     service = make_service(chat_folder, "auto:ngram,suffix")  # --max-gamma 8, measured at start
@@ -258,7 +252,7 @@ def test_rows_join_only_while_their_caches_fit_the_budget(tiny_target):
     assert max(rows_per_round) == 2 and rows_per_round.count(1) >= 1  # the third ran after the others left
 
 
-def test_a_request_whose_cache_can_never_fit_is_refused_by_name(chat_folder):  # noqa: F811
+def test_a_request_whose_cache_can_never_fit_is_refused_by_name(chat_folder):
     service = make_service(chat_folder, "none")
     slot = cache_bytes_per_slot(service.target.net)
     service.scheduler.memory_budget = 256 * slot  # one row of the tiny model's whole context (256 tokens)
