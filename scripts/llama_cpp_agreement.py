@@ -132,7 +132,7 @@ def compare(path: Path, prompts: list[str], args) -> dict:
     import torch
 
     from specdec.drafters import build_drafters
-    from specdec.engine import Engine, GenerationConfig
+    from specdec.decode.engine import Engine, GenerationConfig
     from specdec.runtime import load_model
 
     model = load_model(str(path))

@@ -107,7 +107,7 @@ def cpu_name() -> str:
 def predicted_speedup(tk: dict, alpha: float) -> tuple[int, float]:
     """(γ, speed-up) maximising E(γ) T(1) / T(γ + 1) over γ = 1..15 for i.i.d. acceptance α and a free
     drafter (a lookup): a prediction from the measured pass costs, not a measurement."""
-    from specdec.theory import expected_tokens_per_pass
+    from specdec.control.theory import expected_tokens_per_pass
 
     return max(((g, expected_tokens_per_pass(alpha, g) / float(tk[str(g + 1)])) for g in range(1, 16)),
                key=lambda x: x[1])

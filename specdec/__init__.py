@@ -1,7 +1,7 @@
 """specdec: lossless speculative decoding for causal language models.
 
 Start with `specdec.runtime.load_model`, a drafter from `specdec.drafters`, and
-`specdec.engine.Engine`; docs/ARCHITECTURE.md describes the layout.
+`specdec.decode.engine.Engine`; docs/ARCHITECTURE.md describes the layout.
 """
 
 __version__ = "0.1.0"

@@ -26,6 +26,13 @@ class UsageError(SpecdecError):
 
 
 class Parser(argparse.ArgumentParser):
+    """argparse, with its errors in specdec's one-line form and no abbreviations: `--max` is no
+    option, where argparse would take it for `--max-gamma` and break when another `--max-…` is added."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str):  # argparse's own errors: same one-line format, exit 2
         raise UsageError(message, self.prog)
 
@@ -178,8 +185,8 @@ def _breakdown(rows: list[dict], stats, console) -> None:
 
 
 def cmd_generate(args, console) -> int:
-    from specdec.analysis import drafter_breakdown
-    from specdec.engine import Engine, require_prompt_text
+    from specdec.control.analysis import drafter_breakdown
+    from specdec.decode.engine import Engine, require_prompt_text
     from specdec.options import warm_up
 
     if args.prompt == "-":
@@ -275,7 +282,7 @@ def cmd_chat(args, console) -> int:
 def cmd_plan(args, console) -> int:
     from rich.table import Table
 
-    from specdec.theory import (best_gamma, expected_speedup, expected_speedup_run_aware, expected_tokens_per_pass,
+    from specdec.control.theory import (best_gamma, expected_speedup, expected_speedup_run_aware, expected_tokens_per_pass,
                                 expected_tokens_run_aware)
 
     if args.max_gamma < 1:
@@ -320,7 +327,7 @@ def cmd_plan(args, console) -> int:
 def cmd_costs(args, console) -> int:
     from rich.table import Table
 
-    from specdec.cost_model import costs_dir, load_or_measure
+    from specdec.control.cost_model import costs_dir, load_or_measure
 
     if not 1 <= args.max_gamma <= 16:
         raise SpecdecError(f"--max-gamma must be in [1, 16], got {args.max_gamma}")

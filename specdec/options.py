@@ -21,6 +21,13 @@ def gamma_arg(text: str) -> int | str:
     raise argparse.ArgumentTypeError(f"gamma must be 'auto' or a whole number >= 1, got '{text}'")
 
 
+def whole_number(text: str) -> int:
+    """An argparse type: a count that must be at least 1 (clients, requests, prompts)."""
+    if text.strip().isdigit() and int(text) >= 1:
+        return int(text)
+    raise argparse.ArgumentTypeError(f"takes a whole number >= 1, got '{text}'")
+
+
 def add_target_args(p: argparse.ArgumentParser) -> None:
     """The target model and the drafter: what every model command loads."""
     add_load_args(p)
@@ -74,7 +81,7 @@ def add_json_arg(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def generation_config(args):
-    from specdec.engine import GenerationConfig
+    from specdec.decode.engine import GenerationConfig
     from specdec.sampling import SamplingParams
 
     sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
@@ -85,7 +92,7 @@ def generation_config(args):
 def load_engine(args, console):
     """The target and its drafters from the options, in an `Engine`."""
     from specdec.drafters import build_drafters
-    from specdec.engine import Engine
+    from specdec.decode.engine import Engine
     from specdec.runtime import load_model
 
     check_drafter_spec(args.drafter)  # a misspelled drafter fails before the model loads
@@ -107,7 +114,7 @@ def prepare_costs(engine, config, console) -> None:
 
 def warm_up(engine, prompt_ids: list[int], config) -> None:
     """A few tokens of speculative and of plain decoding, so that neither timed run pays first-call costs."""
-    from specdec.engine import Engine
+    from specdec.decode.engine import Engine
 
     short = replace(config, max_new_tokens=4, trace=False)
     engine.generate(prompt_ids, short)

@@ -51,7 +51,7 @@ def residual_from_p(draft_tokens, p, q, generator, details=None):
     the tokens the draft favours (q ≥ p), and after a point-mass draft x is rejected it can draw x
     again. Where the residual equals p (a rejected point-mass draft with p(x) = 0, or q and p with
     disjoint supports) it is right, so it fails only tests whose drafts overlap the target's support."""
-    from specdec.verify import speculative_sample
+    from specdec.decode.verify import speculative_sample
 
     num_accepted, _ = speculative_sample(draft_tokens, p, q, generator)
     rows = torch.arange(p.shape[0], device=p.device)

@@ -1,4 +1,4 @@
-"""Batched decoding (`specdec.batch`): every row is the request run alone.
+"""Batched decoding (`specdec.decode.batch`): every row is the request run alone.
 
 - greedy: up to 8 rows of different prompt lengths, joining and leaving between rounds, with mixed
   drafters (lookup, suffix, draft model, early exit, EAGLE chains and trees, Medusa) and plain rows
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import pytest
 
-from specdec import batch as batch_module
-from specdec.batch import PREFILL_CHUNK, Batch
-from specdec.engine import Engine, GenerationConfig
+from specdec.decode import batch as batch_module
+from specdec.decode.batch import PREFILL_CHUNK, Batch
+from specdec.decode.engine import Engine, GenerationConfig
 from specdec.sampling import SamplingParams
 from stat_helpers import ALPHA, accept_everything, tree_accept_first_children
 from whole_runs import PROMPT, RUNS, TOP_K_LAW, auto_engine, drafters, law_pvalue

@@ -16,7 +16,7 @@ from specdec.bench.report import paired_ratio, speed_summary_from_results, targe
 from specdec.bench.runner import MethodRun
 from specdec.cli import main
 from specdec.errors import SpecdecError
-from specdec.stats import GenerationStats
+from specdec.records.stats import GenerationStats
 
 
 def spec_bench_file(path, records):
@@ -400,3 +400,20 @@ def test_bench_seed_moves_the_sampled_runs_draws(tmp_path, tiny_folder, capsys, 
         assert f"seed {seed}" in (tmp_path / seed / "report.md").read_text()
     timed = [s for s in seeds if s[0] != "warm-up"]
     assert timed == [("1", 0), ("1", 0), ("2", 1000), ("2", 1000), ("1", 5), ("1", 5), ("2", 1005), ("2", 1005)]
+
+
+def test_ignore_eos_makes_every_answer_as_long_as_asked(tmp_path, tiny_folder, capsys):
+    """Sampled texts differ between methods, and so do their lengths: with --ignore-eos every method,
+    transformers' too, makes exactly --max-new-tokens tokens for every prompt, so their rates compare
+    the same work. Endpoints cannot be asked to, and say so."""
+    prompts = spec_bench_file(tmp_path / "p.jsonl", [{"question_id": 1, "category": "qa", "turns": ["t5 t9 t12"]},
+                                                     {"question_id": 2, "category": "rag", "turns": ["t7 t8 t7"]}])
+    code = main(["bench", "--model", str(tiny_folder), "--prompts", str(prompts), "--drafter", "ngram", "--temperature", "1",
+                 "--max-new-tokens", "12", "--ignore-eos", "--out", str(tmp_path / "out"), "--json"])
+    assert code == 0, capsys.readouterr().err
+    rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    lengths = {name: m["new_tokens"] for row in rows for name, m in row["methods"].items()}
+    assert set(lengths) == {"hf-generate", "hf-lookup", "plain", "ngram"}
+    assert all(n == [12] for n in lengths.values()), lengths
+    assert main(["bench", "--endpoint", "http://127.0.0.1:9", "--ignore-eos", "--prompts", str(prompts)]) == 1
+    assert "--ignore-eos has no standard field in the OpenAI API" in capsys.readouterr().err

@@ -225,6 +225,17 @@ def test_usage_errors_point_at_the_commands_own_help(capsys, argv, where):
     assert code == 2 and err.startswith(f"{where}: error: ") and f"(see {where} --help)" in err
 
 
+@pytest.mark.parametrize("argv,message", [
+    (["generate", "t5", "--max-new", "4"], "unrecognized arguments: --max-new 4"),  # argparse took it for --max-new-tokens
+    (["load-test", "--clients", "0"], "argument --clients: takes a whole number >= 1, got '0'"),
+    (["load-test", "--requests", "-3"], "argument --requests: takes a whole number >= 1, got '-3'"),
+    (["load-test", "--curve", "1,2", "--requests-per-client", "0"], "argument --requests-per-client: takes a whole number >= 1"),
+])
+def test_abbreviations_and_counts_below_one_are_refused(capsys, argv, message):
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and message in err
+
+
 @pytest.fixture
 def no_loading(monkeypatch):
     """Any model load fails the test: what is checked before it must fail first."""

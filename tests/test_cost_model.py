@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from specdec import cost_model
-from specdec.analysis import drafter_breakdown
-from specdec.cost_model import CostModel, DraftCost, load_or_measure, measure
+from specdec.control import cost_model
+from specdec.control.analysis import drafter_breakdown
+from specdec.control.cost_model import CostModel, DraftCost, load_or_measure, measure
 from specdec.drafters import EarlyExitDrafter, PromptLookupDrafter, build_drafters
 from specdec.errors import ConfigError
-from specdec.stats import GenerationStats
-from specdec.theory import expected_tokens_per_pass
+from specdec.records.stats import GenerationStats
+from specdec.control.theory import expected_tokens_per_pass
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from specdec.drafters import DraftModelDrafter, EarlyExitDrafter, PromptLookupDrafter
-from specdec.engine import Engine, GenerationConfig
+from specdec.decode.engine import Engine, GenerationConfig
 from specdec.runtime import load_model
 from specdec.runtime import gguf_convert
 from specdec.runtime.loading import builtin_gguf_path, resolve_model_folder

@@ -11,7 +11,7 @@ import pytest
 
 from specdec.drafters import Draft, Drafter, PromptLookupDrafter, build_drafters
 from specdec.drafters.ngram import lookup
-from specdec.engine import Engine, GenerationConfig
+from specdec.decode.engine import Engine, GenerationConfig
 
 
 class RepeatLookup(Drafter):

@@ -24,12 +24,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec import batch as batch_module
-from specdec.cost_model import CostModel, DraftCost
+from specdec.decode import batch as batch_module
+from specdec.control.cost_model import CostModel, DraftCost
 from specdec.drafters import DraftModelDrafter, EarlyExitDrafter, PromptLookupDrafter
-from specdec.batch import TextAssembler
-from specdec.engine import Engine, GenerationConfig
-from specdec.trace import ACCEPTED
+from specdec.decode.batch import TextAssembler
+from specdec.decode.engine import Engine, GenerationConfig
+from specdec.records.trace import ACCEPTED
 from specdec.errors import SpecdecError
 from specdec.runtime import load_model
 from specdec.runtime.tokenizer import IncrementalDetokenizer

@@ -11,12 +11,12 @@ from browser import launch, needs_chromium
 
 from specdec.cli import main
 from specdec.drafters import PromptLookupDrafter
-from specdec.engine import Engine, GenerationConfig
+from specdec.decode.engine import Engine, GenerationConfig
 from specdec.explain.command import build_page_data
 from specdec.explain.page import render_page
 from specdec.explain.summary import run_summary, worked_example
 from specdec.sampling import SamplingParams
-from specdec.theory import expected_tokens_per_pass
+from specdec.control.theory import expected_tokens_per_pass
 from specdec.tree import TokenTree
 
 PROMPT = "t5 t9 t12 t7 t5 t9 t12 t7 t5 t9"

@@ -22,7 +22,7 @@ from specdec.export import tables
 from specdec.export.exporter import export_head
 from specdec.export.gamma import ASSUMED_COST_RATIO, MAX_GAMMA
 from specdec.heads.files import save_head
-from specdec.theory import best_gamma
+from specdec.control.theory import best_gamma
 
 AUX = [2, 4, 5]  # the default [2, L//2, L-3] of the 8-layer target below
 ALPHAS = [0.6, 0.5, 0.4]

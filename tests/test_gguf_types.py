@@ -149,7 +149,7 @@ SMALL = {"llama-3.2-1b": SHAPES["llama-3.2-1b"].small(), "qwen2.5-1.5b": SHAPES[
 @pytest.mark.parametrize("shape", list(SMALL))
 def test_small_files_of_real_shapes_load_and_generate(tmp_path, tokenizer_gguf, shape, file_type, monkeypatch):
     from specdec.drafters import PromptLookupDrafter
-    from specdec.engine import Engine, GenerationConfig
+    from specdec.decode.engine import Engine, GenerationConfig
     from specdec.runtime import gguf_convert, gguf_model, load_model
 
     monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "cache"))

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from specdec.drafters import build_drafters
-from specdec.engine import Engine, GenerationConfig
+from specdec.decode.engine import Engine, GenerationConfig
 from specdec.errors import ConfigError, SpecdecError
 from specdec.heads.eagle import EagleConfig, EagleHead
 from specdec.runtime.kv_cache import StaticKVCache
@@ -263,7 +263,7 @@ def test_eagle_tree_leaves_out_tokens_the_sampling_transform_cuts(tiny_target):
 
     from random_heads import random_eagle_head
     from specdec.drafters.eagle import EagleDrafter
-    from specdec.engine import Engine, GenerationConfig
+    from specdec.decode.engine import Engine, GenerationConfig
     from specdec.sampling import SamplingParams
 
     drafter = EagleDrafter(tiny_target, random_eagle_head(tiny_target), name="eagle-tree", tree_budget=16, top_k=4)

@@ -157,3 +157,48 @@ def write(root: Path, files: dict[str, str]) -> Path:
 ])
 def test_the_rule_finds_exactly_the_real_cycles(tmp_path, files, expected):
     assert cycles(import_graph(write(tmp_path, files))) == expected
+
+
+# The layers, top down: the decode core runs rounds with the control's choices, the drafters'
+# proposals and the runtime's passes, and writes the records. None of them imports one above it.
+LAYERS = {
+    "specdec.decode": {"engine", "batch", "verify"},
+    "specdec.control": {"policy", "theory", "analysis", "cost_model"},
+    "specdec.records": {"stats", "trace"},
+}
+NEVER = [
+    ("specdec.control", "specdec.decode"),
+    ("specdec.records", "specdec.decode"), ("specdec.records", "specdec.control"),
+    ("specdec.drafters", "specdec.decode"), ("specdec.drafters", "specdec.control"),
+    *(("specdec.runtime", part) for part in ("specdec.decode", "specdec.control", "specdec.records", "specdec.drafters")),
+]
+
+
+def inside(module: str, part: str) -> bool:
+    return module == part or module.startswith(part + ".")
+
+
+def broken_nevers(graph: dict[str, set[str]], nevers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Every import (module -> module) from the first part of a pair into its second."""
+    return sorted((a, b) for a, targets in graph.items() for b in targets
+                  for low, high in nevers if inside(a, low) and inside(b, high))
+
+
+def test_the_decode_core_the_control_and_the_records_each_have_a_folder():
+    modules = module_names(PACKAGE)
+    for folder, names in LAYERS.items():
+        assert {f"{folder}.{name}" for name in names} <= modules.keys(), folder
+        assert not {f"specdec.{name}" for name in names} & modules.keys()  # not also at the top
+
+
+def test_imports_run_down_the_layers():
+    found = broken_nevers(import_graph(PACKAGE), NEVER)
+    assert not found, "imports against the layers:\n" + "\n".join(f"{a} -> {b}" for a, b in found)
+
+
+def test_the_layer_rule_finds_an_import_upwards(tmp_path):
+    """The control: a control module importing the decode core is found, inside a function too."""
+    root = write(tmp_path, {"pkg/__init__.py": "", "pkg/decode/__init__.py": "", "pkg/control/__init__.py": "",
+                            "pkg/decode/engine.py": "from pkg.control import policy\n",
+                            "pkg/control/policy.py": "def f():\n    from pkg.decode.engine import Engine\n"})
+    assert broken_nevers(import_graph(root), [("pkg.control", "pkg.decode")]) == [("pkg.control.policy", "pkg.decode.engine")]

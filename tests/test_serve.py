@@ -218,7 +218,7 @@ def test_full_queue_answers_429_and_a_departed_client_frees_its_place(chat_folde
 
 
 def test_cancelled_jobs_give_their_place_back_and_stop_within_a_round(tiny_target):
-    from specdec.engine import Engine, GenerationConfig
+    from specdec.decode.engine import Engine, GenerationConfig
 
     async def scenario():
         engine = Engine(tiny_target)

@@ -23,9 +23,9 @@ import httpx
 import pytest
 from live_server import MODEL, PROMPT, LiveServer, make_service, wait_for
 
-from specdec.batch import Batch
+from specdec.decode.batch import Batch
 from specdec.drafters.ngram import PromptLookupDrafter
-from specdec.engine import Engine, GenerationConfig
+from specdec.decode.engine import Engine, GenerationConfig
 from specdec.runtime import load_model
 from specdec.serve import scheduler as scheduler_module
 from specdec.serve.memory import cache_bytes_per_slot
@@ -200,7 +200,7 @@ def test_nothing_is_measured_while_serving(chat_folder, monkeypatch):
     def no_measuring(*args, **kwargs):
         raise AssertionError("measured while serving")
 
-    from specdec.cost_model import measure
+    from specdec.control.cost_model import measure
 
     for name in ("measure_pass_costs", "measure_row_costs", "measure_draft_cost"):
         monkeypatch.setattr(measure, name, no_measuring)
@@ -225,7 +225,7 @@ def test_rows_join_only_while_their_caches_fit_the_budget(tiny_target):
     time, the third joins when one leaves, and each answer is the one it gets alone."""
     import asyncio
 
-    from specdec.batch import cache_slots
+    from specdec.decode.batch import cache_slots
 
     engine = Engine(tiny_target)
     config = GenerationConfig(max_new_tokens=20, ignore_eos=True)

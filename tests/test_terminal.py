@@ -13,7 +13,7 @@ import pytest
 from browser import launch, needs_chromium
 
 from specdec.cli import main
-from specdec.stats import GenerationStats
+from specdec.records.stats import GenerationStats
 from specdec.terminal import past_the_end, plural
 
 PROMPT = "t5 t9 t12 t7 t5 t9 t12 t7 t5"
@@ -176,7 +176,9 @@ def test_explain_summary_shows_the_speedup_and_squares_mat_with_accepted(tiny_fo
 
     html, summary = explain_page(tiny_folder, tmp_path, capsys)
     data = json.loads(html.split('id="run-data">')[1].split("</script>")[0])
-    data["summary"].update(new_tokens=2, target_passes=2, drafted=4, accepted=2, mat=1.0)  # the run (above)
+    cut_run = GenerationStats("ngram", new_tokens=2, target_passes=2, drafted=4, accepted=2)  # the run (above)
+    data["summary"].update(new_tokens=2, target_passes=2, drafted=4, accepted=2, mat=1.0,
+                           past_the_end=past_the_end(cut_run))
     cut = tmp_path / "cut.html"
     cut.write_text(render_page(data))
     rows = "Array.from(document.querySelectorAll('#summary-table tr')).map(r => r.innerText)"
@@ -189,7 +191,7 @@ def test_explain_summary_shows_the_speedup_and_squares_mat_with_accepted(tiny_fo
         assert (f"MAT (tokens per pass)\t{summary['mat']:.2f} = {summary['new_tokens']} tokens / "
                 f"{summary['target_passes']} passes, prefill included") in shown
         dropped = summary["target_passes"] + summary["accepted"] - summary["new_tokens"]
-        assert any(row.startswith("past the end") for row in shown) == (dropped > 0)
+        assert any(row.startswith("past the end") for row in shown) == (dropped > 0) == bool(summary["past_the_end"])
         page.goto(cut.as_uri())
         assert any(row.startswith("past the end\tnot kept: 2 tokens of the last round") for row in page.evaluate(rows))
         browser.close()

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from specdec.errors import ConfigError
-from specdec.theory import (RunFit, best_gamma, expected_speedup, expected_speedup_run_aware, expected_tokens_by_position,
+from specdec.control.theory import (RunFit, best_gamma, expected_speedup, expected_speedup_run_aware, expected_tokens_by_position,
                             expected_tokens_per_pass, expected_tokens_run_aware, fit_runs)
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from specdec.drafters import DraftModelDrafter, PromptLookupDrafter
-from specdec.engine import Engine, GenerationConfig
+from specdec.decode.engine import Engine, GenerationConfig
 from specdec.runtime import load_model
 from specdec.sampling import SamplingParams
-from specdec.trace import ACCEPTED, BONUS, CORRECTED, DISCARDED, REJECTED, TARGET
+from specdec.records.trace import ACCEPTED, BONUS, CORRECTED, DISCARDED, REJECTED, TARGET
 
 PROMPT = [5, 9, 12, 7, 5, 9, 12, 7, 5, 9]
 

@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 
 from specdec.cli import main
 from specdec.drafters import build_drafters
-from specdec.engine import Engine, GenerationConfig
+from specdec.decode.engine import Engine, GenerationConfig
 from specdec.train.distill import answered_instructions, load_sequences, read_answers
 from specdec.train.instructions import passage_instructions
 from specdec.train.instructions_v2 import instructions_v2

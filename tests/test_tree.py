@@ -18,7 +18,7 @@ import torch
 from specdec.runtime import load_model
 from specdec.sampling import SamplingParams, logits_to_probs
 from specdec.tree import TokenTree, from_paths, kept_slots, tree_inputs
-from specdec.verify import tree_sample, tree_sample_reference, verify_tree_greedy
+from specdec.decode.verify import tree_sample, tree_sample_reference, verify_tree_greedy
 from stat_helpers import ALPHA, gof_pvalue
 
 VOCAB, SAMPLES = 6, 200_000

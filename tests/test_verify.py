@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from specdec.sampling import SamplingParams, logits_to_probs
-from specdec.verify import speculative_sample, speculative_sample_reference, verify_greedy
+from specdec.decode.verify import speculative_sample, speculative_sample_reference, verify_greedy
 from stat_helpers import ALPHA, accept_everything, gof_pvalue, residual_from_p
 
 VOCAB, GAMMA, SAMPLES = 6, 2, 200_000

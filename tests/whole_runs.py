@@ -10,11 +10,11 @@ import dataclasses
 import numpy as np
 import torch
 
-from specdec.cost_model import CostModel, DraftCost
+from specdec.control.cost_model import CostModel, DraftCost
 from specdec.drafter_kinds import kind_names
 from specdec.drafters import (DraftModelDrafter, EagleDrafter, EarlyExitDrafter, MedusaDrafter, PromptLookupDrafter,
                               SuffixDrafter)
-from specdec.engine import Engine
+from specdec.decode.engine import Engine
 from specdec.sampling import SamplingParams, logits_to_probs
 from random_heads import random_eagle_head, random_medusa_heads, small_eagle3_head
 from stat_helpers import gof_pvalue

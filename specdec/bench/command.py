@@ -77,6 +77,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gamma", type=gamma_list, default=["auto"], help="comma-separated γ: numbers and/or auto (default: auto)")
     p.add_argument("--temperature", type=temperature_list, default=[0.0], help="comma-separated; 0 = greedy (default: 0)")
     p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--ignore-eos", action="store_true",
+                   help="every answer exactly --max-new-tokens long, past the end of sequence: the same work for "
+                        "every method when sampling (where texts, and so their lengths, differ between methods)")
     p.add_argument("--seed", type=int, default=0,
                    help="the first seed of the sampled runs' draws: each prompt and repeat has its own, the same for "
                         "every method (default: 0)")
@@ -123,6 +126,9 @@ def _check(args) -> None:
     if not args.local and (args.assistant or args.baseline):
         raise SpecdecError("--assistant and --baseline run beside this project's decoding, which --endpoint alone "
                            "leaves out: add --drafter SPEC to run local methods beside the endpoints")
+    if args.endpoint and args.ignore_eos:
+        raise SpecdecError("--ignore-eos has no standard field in the OpenAI API, so endpoints cannot be asked "
+                           "to honour it: leave out --ignore-eos or --endpoint")
     if not args.endpoint and (args.served_model or args.api_key or args.label):
         raise SpecdecError("--served-model, --api-key and --label apply to endpoints: add --endpoint URL")
     args.llama_cpp_gguf = _llama_cpp_gguf(args) if "llama.cpp" in args.baseline else None
@@ -141,11 +147,11 @@ def _check_out(out: Path, force: bool) -> None:
 def build_methods(args, target, console) -> dict[float, list]:
     from specdec.bench.methods import SpecdecMethod, TransformersMethod, load_transformers_model
     from specdec.drafters import build_drafters
-    from specdec.engine import Engine
+    from specdec.decode.engine import Engine
     from specdec.runtime import load_model
     from specdec.runtime.loading import float_weights_folder
 
-    ours = [SpecdecMethod("plain", Engine(target), 1)]
+    ours = [SpecdecMethod("plain", Engine(target), 1, ignore_eos=args.ignore_eos)]
     for text in args.drafter or ["ngram"]:
         spec, at, own = text.partition("@")  # SPEC@G1,G2: this drafter at these γ only
         try:
@@ -156,7 +162,7 @@ def build_methods(args, target, console) -> dict[float, list]:
             # one row per (drafter, γ); a bare spec is γ = auto (the targets check those rows)
             name = spec if gamma == "auto" and len(gammas) == 1 else f"{spec} γ={gamma}"
             engine = Engine(target, build_drafters(spec, target, device=args.device, dtype=args.dtype, runtime=args.runtime))
-            ours.append(SpecdecMethod(name, engine, gamma))
+            ours.append(SpecdecMethod(name, engine, gamma, ignore_eos=args.ignore_eos))
     with console.status("reading the cost model (measuring it on this machine the first time)"):
         for method in ours:
             if method.engine.drafters:
@@ -166,11 +172,12 @@ def build_methods(args, target, console) -> dict[float, list]:
         with console.status("loading the transformers baselines"):
             model = load_transformers_model(float_weights_folder(target), args.device, args.dtype)
             lookup = next((g for g in args.gamma if g != "auto"), 4)
-            theirs = [TransformersMethod("hf-generate", model, target.eos_token_ids),
-                      TransformersMethod("hf-lookup", model, target.eos_token_ids, lookup_tokens=lookup)]
+            theirs = [TransformersMethod("hf-generate", model, target.eos_token_ids, ignore_eos=args.ignore_eos),
+                      TransformersMethod("hf-lookup", model, target.eos_token_ids, lookup_tokens=lookup,
+                                         ignore_eos=args.ignore_eos)]
             if args.assistant:
                 assistant = load_model(args.assistant, device=args.device)
-                theirs.append(TransformersMethod("hf-assisted", model, target.eos_token_ids,
+                theirs.append(TransformersMethod("hf-assisted", model, target.eos_token_ids, ignore_eos=args.ignore_eos,
                                                  assistant=load_transformers_model(float_weights_folder(assistant),
                                                                                    args.device, args.dtype)))
     if "llama.cpp" in args.baseline:
@@ -183,7 +190,8 @@ def _llama_cpp_method(args, target):
 
     from specdec.bench.methods import LlamaCppMethod
 
-    return LlamaCppMethod(args.llama_cpp_gguf, target.eos_token_ids, threads=torch.get_num_threads())
+    return LlamaCppMethod(args.llama_cpp_gguf, target.eos_token_ids, threads=torch.get_num_threads(),
+                          ignore_eos=args.ignore_eos)
 
 
 def _llama_cpp_gguf(args):
@@ -216,7 +224,7 @@ def run(args, console) -> int:
     from specdec.bench.prompts import load_prompts
     from specdec.bench.report import print_tables, raw_rows, write_report
     from specdec.bench.runner import run_bench
-    from specdec.cost_model import machine_description
+    from specdec.control.cost_model import machine_description
     from specdec.runtime import load_model
 
     _check(args)

@@ -23,7 +23,7 @@ from specdec.bench.methods import Output
 from specdec.bench.runner import ENDPOINT
 from specdec.errors import SpecdecError
 from specdec.sampling import SamplingParams
-from specdec.stats import GenerationStats
+from specdec.records.stats import GenerationStats
 
 TIMEOUT = httpx.Timeout(600.0, connect=10.0)  # a long answer on a slow server, but a dead address fails fast
 

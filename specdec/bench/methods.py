@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 import torch
 
 from specdec.bench.metrics import LLAMA_CPP
-from specdec.engine import Engine, GenerationConfig
+from specdec.decode.engine import Engine, GenerationConfig
 from specdec.sampling import SamplingParams
-from specdec.stats import GenerationStats
+from specdec.records.stats import GenerationStats
 
 
 @dataclass
@@ -35,11 +35,12 @@ class SpecdecMethod:
     engine: Engine
     gamma: int | str
     max_gamma: int = 8
+    ignore_eos: bool = False  # every answer max_new_tokens long (`--ignore-eos`)
     kind: str = field(default="specdec", init=False)
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingParams) -> Output:
         config = GenerationConfig(max_new_tokens=max_new_tokens, gamma=self.gamma, max_gamma=self.max_gamma,
-                                  sampling=sampling)
+                                  sampling=sampling, ignore_eos=self.ignore_eos)
         result = self.engine.generate(prompt_ids, config)
         return Output(result.token_ids, result.stats)
 
@@ -49,10 +50,12 @@ class TransformersMethod:
 
     kind = "transformers"
 
-    def __init__(self, name: str, model, eos_token_ids: list[int], lookup_tokens: int = 0, assistant=None) -> None:
+    def __init__(self, name: str, model, eos_token_ids: list[int], lookup_tokens: int = 0, assistant=None,
+                 ignore_eos: bool = False) -> None:
         self.name = name
         self.model = model
         self.eos = eos_token_ids
+        self.ignore_eos = ignore_eos
         self.extra = {}
         if lookup_tokens:
             self.extra["prompt_lookup_num_tokens"] = lookup_tokens
@@ -72,7 +75,7 @@ class TransformersMethod:
                 torch.tensor([prompt_ids], device=device),
                 attention_mask=torch.ones(1, len(prompt_ids), dtype=torch.long, device=device),
                 max_new_tokens=max_new_tokens, eos_token_id=self.eos, pad_token_id=self.eos[0],
-                **options, **self.extra,
+                min_new_tokens=max_new_tokens if self.ignore_eos else None, **options, **self.extra,
             )
         return Output(out[0, len(prompt_ids):].tolist())  # the end-of-sequence token kept, as our engine does
 
@@ -96,7 +99,8 @@ class LlamaCppMethod:
 
     kind = "llama.cpp"
 
-    def __init__(self, gguf_path, eos_token_ids: list[int], threads: int, context: int = 4096) -> None:
+    def __init__(self, gguf_path, eos_token_ids: list[int], threads: int, context: int = 4096,
+                 ignore_eos: bool = False) -> None:
         try:
             from llama_cpp import Llama
         except ImportError:
@@ -104,7 +108,7 @@ class LlamaCppMethod:
 
             raise SpecdecError(f"--baseline llama.cpp needs llama-cpp-python: {LLAMA_CPP_INSTALL}") from None
         self.name = LLAMA_CPP
-        self.eos = set(eos_token_ids)
+        self.eos = set() if ignore_eos else set(eos_token_ids)
         self.llm = Llama(model_path=str(gguf_path), n_threads=threads, n_ctx=context, verbose=False)
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingParams) -> Output:

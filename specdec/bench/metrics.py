@@ -24,9 +24,9 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from specdec.analysis import predicted_speedup
+from specdec.control.analysis import predicted_speedup
 from specdec.bench.runner import median_rate
-from specdec.stats import GenerationStats
+from specdec.records.stats import GenerationStats
 
 PLAIN = "plain"
 PREDICTION_TOLERANCE = 0.10  # a prediction further than 10% from the measured speed-up is flagged

@@ -216,7 +216,7 @@ def markdown(summary: dict, header: dict, targets: bool = False) -> str:
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
         if any(m.get("off_prediction") for m in methods.values()):
-            lines += [f"⚠: the prediction (seed formula on the run's α, γ and measured costs) is more than "
+            lines += [f"⚠: the prediction (the acceptance model on the run's α, γ and measured costs: run-aware where the run kept counts per position) is more than "
                       f"{PREDICTION_TOLERANCE:.0%} from the measured speed-up over plain decoding (the sign: predicted above or below).", ""]
         categories = list(result["by_category"])
         lines += [f"### {mode}: speed-up over {'plain decoding' if baseline == 'plain' else baseline} by category (MAT)", "",

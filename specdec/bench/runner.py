@@ -18,7 +18,7 @@ import torch
 from specdec.bench.memory import PeakMemory
 from specdec.bench.prompts import PromptCase
 from specdec.sampling import SamplingParams
-from specdec.stats import GenerationStats
+from specdec.records.stats import GenerationStats
 
 ENDPOINT = "endpoint"  # the kind of a method that is a running server (endpoint.py): given messages, not ids
 

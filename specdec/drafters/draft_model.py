@@ -25,9 +25,7 @@ class DraftModelDrafter(Drafter):
         self.cached_ids: list[int] = []  # the ids whose keys/values are in self.cache, in order
 
     def weights_digest(self) -> str:
-        from specdec.cost_model import cost_key  # the draft model's own key: its config, weights and file
-
-        return cost_key(self.model)[0]
+        return self.model.digest()  # its config, weight files, form and kernels
 
     def begin(self, prompt_ids: list[int], max_len: int, target_cache=None) -> None:
         if max_len > self.model.max_context:

@@ -25,7 +25,7 @@ def build_page_data(engine, prompt_ids: list[int], config, compare: bool, meta: 
     that both runs pay for the trace alike); the page's data."""
     from dataclasses import replace
 
-    from specdec.engine import Engine
+    from specdec.decode.engine import Engine
     from specdec.explain.summary import run_summary
 
     traced = replace(config, trace=True)
@@ -45,7 +45,7 @@ def build_page_data(engine, prompt_ids: list[int], config, compare: bool, meta: 
 def run(args, console) -> int:
     import json
 
-    from specdec.engine import require_prompt_text
+    from specdec.decode.engine import require_prompt_text
     from specdec.explain.page import render_page
 
     require_prompt_text(args.prompt)

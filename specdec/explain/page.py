@@ -177,17 +177,14 @@ document.addEventListener('keydown', (e) => {
 });
 
 function renderSummary() {
-  const s = data.summary, t = $('summary-table'), dropped = s.target_passes + s.accepted - s.new_tokens;
+  const s = data.summary, t = $('summary-table');
   const rows = [['new tokens', s.new_tokens], ['target passes', s.target_passes],
     ['drafted / accepted (draft positions: a tree counts its depth)', s.drafted + ' / ' + s.accepted],
     ['α (accepted / drafted)', fmt(s.alpha)],
     ...(s.verified_tokens !== s.drafted ? [['draft tokens verified (a tree: its nodes)', s.verified_tokens]] : []),
     ['mean γ (draft positions per proposal)', fmt(s.mean_gamma, 2)],
     ['MAT (tokens per pass)', fmt(s.mat, 2) + ' = ' + s.new_tokens + ' tokens / ' + s.target_passes + ' passes, prefill included'],
-    // each pass commits its accepted drafts and a token of the target's, but where the text ended partway through
-    // the last round (end of sequence, a stop string) the tokens after the end are not kept
-    ...(dropped > 0 ? [['past the end', 'not kept: ' + dropped + ' token' + (dropped === 1 ? '' : 's') + ' of the last round, ' +
-      'after the end of the text (MAT counts the kept tokens; accepted, every draft the target accepted)']] : []),
+    ...(s.past_the_end ? [['past the end', s.past_the_end]] : []),  // why accepted can run ahead of MAT
     ['tokens per second', fmt(s.tokens_per_second, 2)],
     ['plain decoding, tokens per second', s.plain_tokens_per_second === null ? 'not run' : fmt(s.plain_tokens_per_second, 2)],
     ['speed-up (the whole run over plain decoding, run side by side)', s.speedup === null ? 'not measured' : fmt(s.speedup, 2) + '×']];

@@ -1,11 +1,12 @@
-"""The summary panel: what the run measured next to what the seed formulas predict from it."""
+"""The summary panel: what the run did next to what the acceptance models predict from it."""
 
 from __future__ import annotations
 
-from specdec.analysis import drafter_breakdown
-from specdec.cost_model import CostModel
-from specdec.stats import GenerationStats
-from specdec.theory import expected_tokens_per_pass, expected_tokens_run_aware
+from specdec.control.analysis import drafter_breakdown
+from specdec.control.cost_model import CostModel
+from specdec.records.stats import GenerationStats
+from specdec.terminal import past_the_end
+from specdec.control.theory import expected_tokens_per_pass, expected_tokens_run_aware
 
 
 def run_summary(stats: GenerationStats, costs: CostModel | None, plain: GenerationStats | None) -> dict:
@@ -15,7 +16,7 @@ def run_summary(stats: GenerationStats, costs: CostModel | None, plain: Generati
         "new_tokens": stats.new_tokens, "target_passes": stats.target_passes, "rounds": stats.rounds,
         "drafted": stats.drafted, "accepted": stats.accepted, "verified_tokens": stats.verified_tokens,
         "alpha": stats.acceptance_rate, "mean_gamma": stats.drafted / drafting_rounds if drafting_rounds else 0.0,
-        "mat": stats.mean_accepted_tokens, "tokens_per_second": stats.tokens_per_second,
+        "mat": stats.mean_accepted_tokens, "past_the_end": past_the_end(stats), "tokens_per_second": stats.tokens_per_second,
         "plain_tokens_per_second": plain.tokens_per_second if plain else None,
         "speedup": stats.tokens_per_second / plain.tokens_per_second if plain and plain.tokens_per_second else None,
         "breakdown": [], "worked_example": [],
@@ -28,7 +29,8 @@ def run_summary(stats: GenerationStats, costs: CostModel | None, plain: Generati
 
 
 def worked_example(row: dict, measured: dict) -> list[str]:
-    """The seed formulas filled in with one drafter's numbers from the run, line by line."""
+    """The formulas (the seed's i.i.d. one, and the run-aware one where it applies) filled in with
+    one drafter's numbers from the run, line by line."""
     alpha, gamma, c, v, f = row["alpha"], row["gamma"], row["c"], row["verify_cost"], row["drafting_share"]
     verified = row["verified_tokens"]  # a chain: γ; a tree: its nodes
     pass_tokens = f"γ + 1 = {gamma + 1}" if verified == gamma else f"its {verified} nodes + 1 = {verified + 1}"

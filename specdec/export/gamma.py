@@ -9,7 +9,7 @@ EAGLE-3, the number of heads for Medusa. The seed formula assumes i.i.d. accepta
 from __future__ import annotations
 
 from specdec.errors import ConfigError
-from specdec.theory import best_gamma
+from specdec.control.theory import best_gamma
 
 ASSUMED_COST_RATIO = 0.1  # a one-layer head's step on a GPU engine, where launch overheads dominate it
 MAX_GAMMA = 8
@@ -28,6 +28,6 @@ def choose_gamma(meta: dict, gamma: int | None, max_gamma: int) -> tuple[int, st
                           "from; give one with --gamma N")
     alpha = sum(alphas) / len(alphas)
     best, speedup = best_gamma(alpha, ASSUMED_COST_RATIO, max_gamma)
-    return best, (f"γ = {best}: specdec.theory.best_gamma(α = {alpha:.3f}, the mean of the last validation's α per "
+    return best, (f"γ = {best}: specdec.control.theory.best_gamma(α = {alpha:.3f}, the mean of the last validation's α per "
                   f"depth {alphas}; c = {ASSUMED_COST_RATIO}, an assumed draft step / target pass; γ ≤ {max_gamma}), "
                   f"expected speed-up {speedup:.2f}× if acceptance were i.i.d.")

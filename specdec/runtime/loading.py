@@ -6,6 +6,7 @@ its tokenizer, and the ids that end a generation.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 from dataclasses import dataclass, field
@@ -50,6 +51,27 @@ class LanguageModel:
     @property
     def max_context(self) -> int:
         return self.net.max_context
+
+    def description(self) -> dict:
+        """What identifies the model's speed: its config, the sizes of its weight files, the form its
+        linear layers run in, the build of the CPU kernels and its KV cache (a change to any of them
+        re-measures its costs)."""
+        config = self.folder / "config.json"
+        digest = hashlib.sha256(config.read_bytes() if config.is_file() else b"")
+        files = sorted(self.folder.glob("*.safetensors")) if self.gguf_path is None else [Path(self.gguf_path)]
+        for weights in files:
+            digest.update(f"{weights.name}:{weights.stat().st_size}".encode())
+        from specdec.runtime.kernels import kernels_build_id
+
+        net = self.net
+        return {"model": self.name, "config_sha256": digest.hexdigest()[:16], "dtype": str(net.dtype),
+                "runtime": type(net).__name__, "weights": self.weights.summary() if self.weights else "as stored",
+                "kernels": kernels_build_id() if net.device.type == "cpu" else "none",
+                "kv_cache": str(net.cache_dtype()) if hasattr(net, "cache_dtype") else str(net.dtype)}
+
+    def digest(self) -> str:
+        """A short hash of `description()`."""
+        return hashlib.sha256(json.dumps(self.description(), sort_keys=True).encode()).hexdigest()[:20]
 
 
 def builtin_gguf_path(name: str) -> Path:

@@ -26,7 +26,7 @@ from fastapi.responses import Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from specdec.engine import Engine, GenerationConfig
+from specdec.decode.engine import Engine, GenerationConfig
 from specdec.errors import ContextLengthError, SpecdecError
 from specdec.sampling import SamplingParams
 from specdec.serve.bodies import ON_LOOP_BYTES, ApiError, parse

@@ -9,7 +9,7 @@ import signal
 import socket
 
 from specdec.errors import SpecdecError
-from specdec.options import add_json_arg, add_target_args, gamma_arg, load_engine
+from specdec.options import add_json_arg, add_target_args, gamma_arg, load_engine, whole_number
 from specdec.serve.addresses import is_loopback
 from specdec.terminal import plural
 
@@ -151,9 +151,9 @@ def add_load_test_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--url", default="http://127.0.0.1:8000", help="the server (loopback only; default: http://127.0.0.1:8000)")
     p.add_argument("--model", default=None, help="the served model id (default: the first GET /v1/models lists)")
     p.add_argument("--prompts", default=None, help="Spec-Bench .jsonl or text file; the first turn of each prompt is sent")
-    p.add_argument("--per-category", type=int, default=2, help="prompts per category from a Spec-Bench file (default: 2)")
-    p.add_argument("--clients", type=int, default=32, help="concurrent streaming clients (default: 32)")
-    p.add_argument("--requests", type=int, default=500, help="requests to complete in all (default: 500)")
+    p.add_argument("--per-category", type=whole_number, default=2, help="prompts per category from a Spec-Bench file (default: 2)")
+    p.add_argument("--clients", type=whole_number, default=32, help="concurrent streaming clients (default: 32)")
+    p.add_argument("--requests", type=whole_number, default=500, help="requests to complete in all (default: 500)")
     p.add_argument("--max-new-tokens", "--max-tokens", dest="max_tokens", type=int, default=16, metavar="N",
                    help="new tokens each request asks for, its max_tokens (default: 16)")
     p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV))
@@ -169,7 +169,7 @@ def add_load_test_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--curve", default=None,
                    help="a load curve: comma-separated numbers of clients (e.g. 1,2,4,8,16,32), each run with "
                         "every --speculation setting and --requests-per-client requests per client")
-    p.add_argument("--requests-per-client", type=int, default=4, help="with --curve: requests per client (default: 4)")
+    p.add_argument("--requests-per-client", type=whole_number, default=4, help="with --curve: requests per client (default: 4)")
     p.add_argument("--plot", default=None, help="with --curve: write a PNG of the curve here")
     p.add_argument("--compare", action="append", default=[], metavar="LABEL=FILE",
                    help="with --curve: also draw a curve saved before with --out (e.g. one-at-a-time=curve-b1.json)")

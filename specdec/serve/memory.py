@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from specdec.batch import CACHE_STEP
+from specdec.decode.batch import CACHE_STEP
 
 DEFAULT_SHARE = 0.8  # of the memory available at start (weights excluded) that KV caches may take
 

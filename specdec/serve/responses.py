@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from specdec.serve.bodies import ApiError, error_body
 from specdec.serve.scheduler import Job, Update
 from specdec.serve.service import Service
-from specdec.stats import GenerationStats
+from specdec.records.stats import GenerationStats
 
 RETRY_AFTER_SECONDS = 1  # what a 429 tells the client to wait
 

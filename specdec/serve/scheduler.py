@@ -4,7 +4,7 @@ Requests are admitted on the event loop (`submit`) while fewer than `max_pending
 waiting; past that `submit` raises `ServerBusy` (the server answers 429). A waiting request joins
 the batch when there is a row free and its row's KV cache fits beside the running rows' within
 `memory_budget` (serve/memory.py). The worker thread owns a
-`Batch` (`batch.py`): between rounds it lets waiting requests join, in arrival order, while the batch
+`Batch` (`decode/batch.py`): between rounds it lets waiting requests join, in arrival order, while the batch
 has fewer than `max_batch` rows, drops the rows of requests whose client went away, and runs one
 round over all rows (a joining request's prompt goes in by chunks, so it does not stall the others).
 Each row's committed pieces go back to its request as `Update`s. A request that is cancelled while
@@ -26,10 +26,10 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 
-from specdec.batch import Batch, Piece, Row
-from specdec.engine import Engine, GenerationConfig
+from specdec.decode.batch import Batch, Piece, Row
+from specdec.decode.engine import Engine, GenerationConfig
 from specdec.errors import SpecdecError
-from specdec.stats import GenerationStats
+from specdec.records.stats import GenerationStats
 
 log = logging.getLogger("specdec.serve")
 

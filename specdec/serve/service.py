@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from specdec.batch import cache_slots, row_max_len
-from specdec.cost_model import BATCH_SIZES, best_batch
+from specdec.decode.batch import cache_slots, row_max_len
+from specdec.control.cost_model import BATCH_SIZES, best_batch
 from specdec.drafters.base import Drafter
 from specdec.drafters.suffix import SuffixDrafter
-from specdec.engine import AUTO, Engine, GenerationConfig
+from specdec.decode.engine import AUTO, Engine, GenerationConfig
 from specdec.runtime.loading import LanguageModel
 from specdec.serve.bodies import ApiError
 from specdec.serve.memory import cache_bytes_per_slot, default_budget

@@ -1,4 +1,4 @@
-"""Predicted next to measured: the acceptance models, fed with a run's own numbers, beside what it did.
+"""Predicted next to what its rounds did: the acceptance models, fed with a run's own numbers.
 
 For each drafter that drafted in a run:
     α          accepted / drafted over its rounds (drafted: draft positions, a tree's depth)
@@ -20,7 +20,9 @@ For each drafter that drafted in a run:
     costed     the same with E replaced by the measured 1 + accepted / drafting rounds: what the
                cost model predicts given the acceptance as it happened (`costed` vs `measured`
                checks the cost model alone; `predicted` vs `costed` the acceptance model)
-    measured   tokens its rounds committed per second, over plain decoding's tokens per second
+    its rounds tokens its rounds committed per second, over plain decoding's tokens per second
+               (`measured_speedup`): a share of the run, not the run's speed-up, which counts the
+               prefill and every round
 
 Plain decoding's rate is, by preference, the one measured side by side (`plain_tokens_per_second`,
 e.g. from `--compare` or a benchmark), else that of this run's own plain rounds (at least
@@ -29,9 +31,9 @@ MIN_PLAIN_ROUNDS of them), else 1 / T(1) from the cost model; the row says which
 
 from __future__ import annotations
 
-from specdec.cost_model import CostModel
-from specdec.stats import GenerationStats
-from specdec.theory import expected_tokens_per_pass, fit_runs
+from specdec.control.cost_model import CostModel
+from specdec.records.stats import GenerationStats
+from specdec.control.theory import expected_tokens_per_pass, fit_runs
 
 MIN_PLAIN_ROUNDS = 8
 

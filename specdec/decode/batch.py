@@ -5,7 +5,7 @@ and random generator, and what it has committed. A `Batch` runs rounds over all 
 the single request (`Engine.stream`) is a batch of one. A round has six steps:
 
     1. plan:    each decoding row's policy picks its drafter and γ (0: the row just decodes), knowing
-                how many rows share the pass (`policy.py`: speculation fades as the batch fills);
+                how many rows share the pass (`control/policy.py`: speculation fades as the batch fills);
     2. draft:   each row's drafter proposes up to γ tokens after the row's committed ones;
     3. verify:  ONE target pass over every row's segment (`LlamaModel.forward_segments`): a decoding
                 row's last committed token and drafts (a chain, or a token tree with its mask), or
@@ -37,17 +37,17 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specdec.cost_model import CostModel
+from specdec.control.cost_model import CostModel
 from specdec.drafters.base import Draft, Drafter, Features, feature_layers
 from specdec.errors import SpecdecError
-from specdec.policy import FixedPolicy, AdaptivePolicy, RoundPlan
+from specdec.control.policy import FixedPolicy, AdaptivePolicy, RoundPlan
 from specdec.runtime.llama import Segment
 from specdec.runtime.tokenizer import IncrementalDetokenizer
 from specdec.sampling import SamplingParams, logits_to_probs, sample
-from specdec.stats import GenerationStats
-from specdec.trace import ACCEPTED, BONUS, CORRECTED, TARGET, RoundTrace, trace_round, trace_tree_round
+from specdec.records.stats import GenerationStats
+from specdec.records.trace import ACCEPTED, BONUS, CORRECTED, TARGET, RoundTrace, trace_round, trace_tree_round
 from specdec.tree import TokenTree, kept_slots, tree_inputs
-from specdec.verify import speculative_sample, tree_sample, verify_greedy, verify_tree_greedy
+from specdec.decode.verify import speculative_sample, tree_sample, verify_greedy, verify_tree_greedy
 
 PLAIN_ROUND = RoundPlan(None, 0, 1.0, "no drafter")
 PREFILL = RoundPlan(None, 0, 1.0, "the prefill: one pass over the prompt gives the first token")

@@ -8,7 +8,7 @@ For drafter d, with α_i its running estimate of P(draft position i accepted | p
 n_d(γ) is the number of draft tokens verified: γ for a chain, the node count for a token tree of
 depth γ (whose α_i is then the rate at which the walk down the tree goes one level deeper).
 T(k) is the measured time of a target pass over k tokens and D_d(γ) the measured time to draft γ
-tokens (`cost_model.py`). With i.i.d. α and T(k) = T(1) this is the seed formula
+tokens (`control/cost_model/`). With i.i.d. α and T(k) = T(1) this is the seed formula
 (1 − α^(γ+1)) / ((1 − α)(γc + 1)); here the measured cost curve replaces "a pass costs 1" and a
 per-position α replaces the i.i.d. one (acceptance is not independent of position).
 
@@ -17,7 +17,7 @@ per second over all rows). A row weighs its choice against the others decoding p
 
     S_d(γ; B) = (E_d(γ) + B − 1) / B · T(B, B) / (T(B, B + n_d(γ)) + D_d(γ))
 
-with T(B, N) the measured time of a pass over B rows holding N tokens in all (`cost_model.py`);
+with T(B, N) the measured time of a pass over B rows holding N tokens in all (`control/cost_model/`);
 for B = 1 it is S_d(γ) above. Once the pass is compute-bound, extra tokens cost what they weigh
 and S falls below 1: speculation fades out as the batch fills, and comes back as it empties.
 
@@ -26,18 +26,20 @@ to lose: it decodes plainly, and comes back later with one probe round (which re
 cool-down that doubles while probes keep losing (8, 16, ... 128 rounds) and resets once one pays.
 A drafter that even the prior predicts to lose (a costly one) is first probed after 8 plain rounds.
 
-What speculation may lose is capped, whatever the estimates say: every round adds LOSS_SHARE (1%)
-of a one-token pass to an allowance (`bank`), every speculative round adds what it gained or takes
-what it lost against plain decoding, in one-token passes as the cost model prices them (its pass
-and draft, (T(B, B + n) + D) / T(B, B), against the (accepted + B) / B passes' worth of tokens it
-committed; asking the lookups costs what their proposals cost), and gains bank at most LOSS_BANK
-(6) passes; it starts at LOSS_START (2). While the allowance is below zero, every round is plain:
-no probe, no retry, no lookup asked. So over any n rounds speculation loses at most
-0.01·n one-token passes, plus what the allowance held when they began (at most LOSS_BANK), plus one
-round's worst case (the round that took the allowance below zero): at most 1% of plain decoding's time
-beyond those two constants. The allowance carries on to the next request with the same settings and
-temperature (`continue_from`), so short requests do not each start with a fresh one; where nothing
-has paid for a while, probes and retries wait for it, which makes them rarer the more they lose.
+What speculation may lose is capped, whatever the estimates say. Each of the D drafters has an
+allowance (`bank`, in one-token passes) that every round adds LOSS_SHARE / D to (1% of a pass a
+round in all), that each of its speculative rounds adds what it gained to or takes what it lost from
+against plain decoding, as the cost model prices them (its pass and draft, (T(B, B + n) + D) / T(B, B),
+against the (accepted + B) / B passes' worth of tokens it committed), and that asking it (a lookup)
+takes what its proposal cost from; gains bank at most LOSS_BANK (6) passes, and it starts at
+LOSS_START (2). A drafter whose allowance is below zero is neither asked nor chosen, probes and
+retries included; the others go on, so a model drafter that lost does not stop a lookup that pays.
+So over any n rounds speculation loses at most 0.01·n one-token passes, plus what the allowances held
+when they began (at most D · LOSS_BANK), plus each drafter's one worst round (the one that took its
+allowance below zero): at most 1% of plain decoding's time beyond those constants. The allowances
+carry on to the next request with the same settings and temperature (`continue_from`), so short
+requests do not each start with fresh ones; where a drafter has not paid for a while, its probes wait
+for its allowance, which makes them rarer the more they lose.
 
 Lookup drafters (n-gram, suffix: `Drafter.looks_up`) cost nothing to ask (a "free" drafter: its
 longest draft costs under 2% of a one-token pass), and what they propose comes with the length of
@@ -84,8 +86,8 @@ import bisect
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from specdec.cost_model import CostModel
-from specdec.theory import expected_tokens_by_position
+from specdec.control.cost_model import CostModel
+from specdec.control.theory import expected_tokens_by_position
 
 COOLDOWN_FIRST = 8  # plain rounds before the first probe after speculation stopped paying
 COOLDOWN_MAX = 128
@@ -160,6 +162,15 @@ class PositionAcceptance:
     def expected_tokens(self, gamma: int) -> float:
         """E(γ) = 1 + Σ_i Π_{j≤i} α_j."""
         return expected_tokens_by_position(self.alphas(gamma))
+
+    def expected_tokens_up_to(self, gamma: int) -> list[float]:
+        """[E(1) .. E(γ)] from one pass over the estimates."""
+        out, total, survive = [], 1.0, 1.0
+        for alpha in self.alphas(gamma):
+            survive *= alpha
+            total += survive
+            out.append(total)
+        return out
 
 
 class ConfidenceAcceptance:
@@ -258,9 +269,10 @@ class AdaptivePolicy:
         self.plain_streak = 0  # rounds since speculation was last predicted to pay, or probed
         self.rounds = 0
         self.rows = 1  # rows sharing the pass in the round being planned
-        # speculation's allowance against plain decoding, in one-token passes: LOSS_SHARE a round, plus
-        # what rounds gained (at most LOSS_BANK), less what they lost; below 0 only plain rounds run
-        self.bank = LOSS_START
+        # each drafter's allowance against plain decoding, in one-token passes: its share of LOSS_SHARE
+        # a round, plus what its rounds gained (at most LOSS_BANK), less what they (and asking it) lost;
+        # below 0 it is neither asked nor chosen
+        self.bank = [LOSS_START] * len(drafter_names)
         self.decisions: list[dict] = []  # the choices, logged when they change
 
     def continue_from(self, earlier: AdaptivePolicy, keep: float = CARRY) -> None:
@@ -275,27 +287,28 @@ class AdaptivePolicy:
         self.by_match = [{key: bucket.faded_copy(keep) for key, bucket in buckets.items()} for buckets in earlier.by_match]
         self.by_confidence = [c.faded_copy(keep) for c in earlier.by_confidence]
         self.cooldown, self.plain_streak = earlier.cooldown, earlier.plain_streak
-        self.bank = earlier.bank  # and so does the allowance: short requests do not each get a fresh one
+        self.bank = list(earlier.bank)  # and so do the allowances: short requests do not each get fresh ones
 
     @property
     def asks_first(self) -> list[int]:
         """The drafters (lookups) whose proposals `choose` wants every round, asked for up to max γ;
-        none while speculation's allowance is spent (asking costs time too)."""
-        if self.may_fall_back and self.bank < 0:
-            return []
-        return [index for index, first in enumerate(self.looks_first) if first]
+        not one whose allowance is spent (asking costs time too)."""
+        return [index for index, first in enumerate(self.looks_first) if first and self._allowed(index)]
+
+    def _allowed(self, index: int) -> bool:
+        """Whether drafter `index` may draft: its allowance is not spent (a γ fixed by hand always may)."""
+        return not self.may_fall_back or self.bank[index] >= 0
 
     def predictions(self, rows: int = 1) -> list[tuple[float, int, int]]:
         """(S, drafter index, γ) for every candidate but the lookups asked first, with `rows` rows
         sharing the pass."""
         out = []
         for index, name in enumerate(self.names):
-            if self.looks_first[index]:
+            if self.looks_first[index] or not self._allowed(index):
                 continue
-            acceptance = self.acceptance[index]
+            expected = self.acceptance[index].expected_tokens_up_to(max(self.gammas))
             for gamma in self.gammas:
-                speedup = self.costs.predicted_speedup(name, gamma, acceptance.expected_tokens(gamma),
-                                                       self.verified[index](gamma), rows)
+                speedup = self.costs.predicted_speedup(name, gamma, expected[gamma - 1], self.verified[index](gamma), rows)
                 out.append((speedup, index, gamma))
         return out
 
@@ -331,18 +344,15 @@ class AdaptivePolicy:
         plan takes one, its γ is how many of those tokens to verify."""
         self.rounds += 1
         self.rows = rows
-        self.bank = min(self.bank + LOSS_SHARE, LOSS_BANK) - self._asking(proposals or {})
+        share = LOSS_SHARE / len(self.names)
+        self.bank = [min(bank + share, LOSS_BANK) for bank in self.bank]
+        for index in proposals or {}:
+            self.bank[index] -= self._asking(index)
         predictions = self.predictions(rows)
         offers = [offer for index, draft in (proposals or {}).items() if (offer := self.offer(index, draft, rows))]
         best = max(predictions, key=lambda x: (x[0], -x[2])) if predictions else None
         offered = max(offers, key=lambda x: (x[0], -x[2])) if offers else None
-        if self.may_fall_back and self.bank < 0 and (best or offered):
-            self.plain_streak += 1
-            wait = -self.bank / LOSS_SHARE
-            plan = RoundPlan(None, 0, 1.0, f"plain: speculation lost {-self.bank:.2f} one-token passes more than its "
-                                           f"allowance of {LOSS_SHARE:.0%} of a pass a round; it may try again in "
-                                           f"{wait:.0f} rounds")
-        elif best and (best[0] >= 1 or not self.may_fall_back):
+        if best and (best[0] >= 1 or not self.may_fall_back):
             self.cooldown = COOLDOWN_FIRST
             self.plain_streak = 0
             if offered and offered[0] > best[0]:
@@ -364,7 +374,7 @@ class AdaptivePolicy:
             self.plain_streak += 1
             plan = RoundPlan(None, 0, 1.0, f"plain: nothing is predicted to beat plain decoding (the best: {self._why(*best)}); "
                                            f"next check in {self.cooldown - self.plain_streak + 1} rounds" if best
-                             else "plain: no lookup found anything worth verifying")
+                             else self._spent() or "plain: no lookup found anything worth verifying")
         self._log(plan)
         return plan
 
@@ -411,7 +421,7 @@ class AdaptivePolicy:
                 confidence: list[float] | None = None) -> None:
         if plan.drafter is None:
             return  # a plain round: no evidence, and nothing fades (coming back is the probes' job)
-        self.bank = min(self.bank - self._loss(plan.drafter, drafted, accepted), LOSS_BANK)
+        self.bank[plan.drafter] = min(self.bank[plan.drafter] - self._loss(plan.drafter, drafted, accepted), LOSS_BANK)
         for index, acceptance in enumerate(self.acceptance):
             if index == plan.drafter:
                 acceptance.observe(drafted, accepted)
@@ -432,10 +442,19 @@ class AdaptivePolicy:
         seconds = self.costs.batch_pass(rows, rows + self.verified[index](drafted)) + draft
         return seconds / self.costs.batch_pass(rows, rows) - (accepted + rows) / rows
 
-    def _asking(self, proposals: dict) -> float:
-        """What asking these lookups for their proposals cost, in one-token passes of the batch."""
-        asked = sum(self.costs.draft_seconds(self.names[index], max(self.gammas)) for index in proposals)
-        return asked / self.costs.batch_pass(self.rows, self.rows)
+    def _asking(self, index: int) -> float:
+        """What asking lookup `index` for its proposal cost, in one-token passes of the batch."""
+        return self.costs.draft_seconds(self.names[index], max(self.gammas)) / self.costs.batch_pass(self.rows, self.rows)
+
+    def _spent(self) -> str:
+        """Why a plain round where some drafters' allowances are spent: "" when none is."""
+        spent = [index for index in range(len(self.names)) if not self._allowed(index)]
+        if not spent:
+            return ""
+        share = LOSS_SHARE / len(self.names)
+        waits = ", ".join(f"{self.names[i]} in {-self.bank[i] / share:.0f}" for i in spent)
+        return (f"plain: speculation lost more than its allowance ({LOSS_SHARE:.0%} of a pass a round, shared "
+                f"by the drafters) with {', '.join(self.names[i] for i in spent)}; rounds until each may draft again: {waits}")
 
     def _log(self, plan: RoundPlan) -> None:
         last = self.decisions[-1] if self.decisions else None

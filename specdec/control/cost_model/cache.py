@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from specdec.cache_dir import cache_root
-from specdec.cost_model.model import FORMAT_VERSION, CostModel
+from specdec.control.cost_model.model import FORMAT_VERSION, CostModel
 
 
 def costs_dir() -> Path:
@@ -38,26 +38,8 @@ def machine_description(device: torch.device) -> dict:
             "torch": torch.__version__, "device": str(device)}
 
 
-def model_description(model) -> dict:
-    """What identifies the model's numbers: its config, the sizes of its weight files, the form its
-    linear layers run in and the build of the CPU kernels (a change to them re-measures)."""
-    folder = Path(model.folder)
-    config = folder / "config.json"
-    digest = hashlib.sha256(config.read_bytes() if config.is_file() else b"")
-    files = sorted(folder.glob("*.safetensors")) if model.gguf_path is None else [Path(model.gguf_path)]
-    for weights in files:
-        digest.update(f"{weights.name}:{weights.stat().st_size}".encode())
-    from specdec.runtime.kernels import kernels_build_id
-
-    net = model.net
-    return {"model": model.name, "config_sha256": digest.hexdigest()[:16], "dtype": str(net.dtype),
-            "runtime": type(net).__name__, "weights": model.weights.summary() if model.weights else "as stored",
-            "kernels": kernels_build_id() if net.device.type == "cpu" else "none",
-            "kv_cache": str(net.cache_dtype()) if hasattr(net, "cache_dtype") else str(net.dtype)}
-
-
 def cost_key(model) -> tuple[str, dict]:
-    description = {"machine": machine_description(model.net.device), "model": model_description(model)}
+    description = {"machine": machine_description(model.net.device), "model": model.description()}
     key = hashlib.sha256(json.dumps(description, sort_keys=True).encode()).hexdigest()[:20]
     return key, description
 

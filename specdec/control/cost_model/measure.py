@@ -16,8 +16,8 @@ import time
 import torch
 
 from specdec.announce import announce
-from specdec.cost_model.cache import cost_key, costs_dir, read_cached, write_cached
-from specdec.cost_model.model import BATCH_SIZES, CostModel, DraftCost, largest_pass
+from specdec.control.cost_model.cache import cost_key, costs_dir, read_cached, write_cached
+from specdec.control.cost_model.model import BATCH_SIZES, CostModel, DraftCost, largest_pass
 from specdec.sampling import SamplingParams
 
 COST_CONTEXT = 256  # cached tokens before the timed passes: a typical prompt length

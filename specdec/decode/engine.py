@@ -1,4 +1,4 @@
-"""The engine: a target model, its drafters and their cost model; requests decoded by `batch.py`.
+"""The engine: a target model, its drafters and their cost model; requests decoded by `decode/batch.py`.
 
 `Engine.stream` runs one request as a batch of one (`Batch`, whose rounds are plan → draft →
 verify → accept → commit → record); the server puts many requests' rows in one batch
@@ -11,15 +11,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from specdec.batch import Batch, Piece, Row, StreamEvent
-from specdec.cost_model import BATCH_SIZES, CostModel, covers, largest_pass, load_or_measure
+from specdec.decode.batch import Batch, Piece, Row, StreamEvent
+from specdec.control.cost_model import BATCH_SIZES, CostModel, covers, largest_pass, load_or_measure
 from specdec.drafters.base import Drafter
 from specdec.errors import ConfigError, ContextLengthError, SpecdecError
-from specdec.policy import AdaptivePolicy, FixedPolicy
+from specdec.control.policy import AdaptivePolicy, FixedPolicy
 from specdec.runtime.loading import LanguageModel
 from specdec.sampling import SamplingParams
-from specdec.stats import GenerationStats
-from specdec.trace import RoundTrace
+from specdec.records.stats import GenerationStats
+from specdec.records.trace import RoundTrace
 
 AUTO = "auto"  # GenerationConfig.gamma: chosen each round by the adaptive policy
 
@@ -32,7 +32,7 @@ class GenerationConfig:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
-    trace: bool = False  # record every round (specdec.trace) in StreamEvent.rounds; off: nothing is built
+    trace: bool = False  # record every round (specdec.records.trace) in StreamEvent.rounds; off: nothing is built
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
@@ -63,7 +63,7 @@ class Engine:
     """Generates from a target model, speculatively when given drafters, plainly without.
 
     With one drafter and a fixed γ every round drafts γ tokens. With γ = "auto" or several drafters
-    the adaptive policy (`policy.py`) chooses each round's drafter and γ from the cost model, which
+    the adaptive policy (`control/policy.py`) chooses each round's drafter and γ from the cost model, which
     is measured on first use (or read from its cache) unless one is given."""
 
     def __init__(self, target: LanguageModel, drafter: Drafter | list[Drafter] | None = None,

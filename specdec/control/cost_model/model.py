@@ -130,7 +130,7 @@ class CostModel:
                           rows: int = 1) -> float:
         """Speed-up of the batch's goodput when one of its `rows` rows drafts γ tokens deep, verifies
         `verified` draft tokens (default γ: a chain; a tree verifies all its nodes) and commits
-        `expected_tokens`, the others decoding plainly (`policy.py`); one row: over plain decoding."""
+        `expected_tokens`, the others decoding plainly (`control/policy.py`); one row: over plain decoding."""
         verified = gamma if verified is None else verified
         seconds = self.batch_pass(rows, rows + verified) + self.draft_seconds(drafter, gamma)
         return (expected_tokens + rows - 1) / rows * self.batch_pass(rows, rows) / seconds

@@ -12,9 +12,9 @@ actually run, the predicted speed-up), `measure.py` times them (and `load_or_mea
 what the cache lacks), `cache.py` keeps them in a JSON file per machine and model.
 """
 
-from specdec.cost_model.cache import cost_key, costs_dir, machine_description
-from specdec.cost_model.measure import load_or_measure
-from specdec.cost_model.model import BATCH_SIZES, CostModel, DraftCost, best_batch, covers, largest_pass
+from specdec.control.cost_model.cache import cost_key, costs_dir, machine_description
+from specdec.control.cost_model.measure import load_or_measure
+from specdec.control.cost_model.model import BATCH_SIZES, CostModel, DraftCost, best_batch, covers, largest_pass
 
 __all__ = ["BATCH_SIZES", "CostModel", "DraftCost", "best_batch", "cost_key", "costs_dir", "covers", "largest_pass",
            "load_or_measure", "machine_description"]
