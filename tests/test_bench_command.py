@@ -417,3 +417,32 @@ def test_ignore_eos_makes_every_answer_as_long_as_asked(tmp_path, tiny_folder, c
     assert all(n == [12] for n in lengths.values()), lengths
     assert main(["bench", "--endpoint", "http://127.0.0.1:9", "--ignore-eos", "--prompts", str(prompts)]) == 1
     assert "--ignore-eos has no standard field in the OpenAI API" in capsys.readouterr().err
+
+
+def _suffix_rounds_per_case(target, cases, repeats):
+    from specdec.bench.methods import SpecdecMethod
+    from specdec.bench.runner import run_bench
+    from specdec.decode.engine import Engine
+    from specdec.drafters import build_drafters
+
+    method = SpecdecMethod("suffix", Engine(target, build_drafters("suffix", target)), gamma=4)
+    rows = run_bench(cases, {0.0: [method]}, target.tokenizer, 24, repeats, torch.device("cpu"))
+    return [row["runs"]["suffix"].stats.rounds for row in rows]
+
+
+def test_repeats_do_not_draft_from_the_answer_of_the_repeat_before(tiny_target, monkeypatch):
+    """The suffix drafter learns its outputs. A prompt's repeats must each see the same memory (the
+    prompts before it), or the second repeat drafts the first one's answer and the bench measures a
+    cache hit: two repeats take twice the rounds of one. The prompt asked again as a new case does
+    draft from it (what --ask-twice is for). Control: with nothing held, the second repeat of the
+    first case already takes fewer rounds, and the test fails."""
+    from specdec.bench.methods import SpecdecMethod
+
+    first, again = PromptCase("1", "qa", ("t5 t9 t12",)), PromptCase("1 (again)", "qa", ("t5 t9 t12",))
+    [one] = _suffix_rounds_per_case(tiny_target, [first], 1)
+    assert one > 12  # the tiny model's answer to it is not in the prompt: little to draft from at first
+    repeated, asked_again = _suffix_rounds_per_case(tiny_target, [first, again], 2)
+    assert repeated == 2 * one
+    assert asked_again < repeated / 2
+    monkeypatch.setattr(SpecdecMethod, "hold_learning", lambda self: None)  # the control: learning as it comes
+    assert _suffix_rounds_per_case(tiny_target, [first], 2)[0] < 2 * one

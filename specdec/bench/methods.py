@@ -44,6 +44,15 @@ class SpecdecMethod:
         result = self.engine.generate(prompt_ids, config)
         return Output(result.token_ids, result.stats)
 
+    def hold_learning(self) -> None:
+        """Drafters that learn from their outputs (suffix) keep them aside until `release_learning`."""
+        for drafter in self.engine.drafters:
+            drafter.hold_learning()
+
+    def release_learning(self) -> None:
+        for drafter in self.engine.drafters:
+            drafter.release_learning()
+
 
 class TransformersMethod:
     """transformers `generate`: plain, or assisted by prompt lookup or by an assistant model."""

@@ -3,7 +3,11 @@
 For each prompt, temperature and repeat, every method runs once, one after the other, so that
 drift of a shared machine hits all methods alike. A conversation (a prompt with two turns) feeds
 each method's own first answer back before the second turn; its time and tokens are the sum over
-turns. Sampled runs give every method the same seed per prompt and repeat. An endpoint (a server,
+turns. Sampled runs give every method the same seed per prompt and repeat. A drafter that learns
+from its outputs (suffix) learns a prompt's answers only once all its runs are done: every repeat
+and temperature of a prompt drafts from the same memory (the answers to the prompts before it), so
+repeats repeat and the sampled runs do not draft from the greedy answer (`--ask-twice` measures a
+repeated request on purpose). An endpoint (a server,
 endpoint.py) is given the chat messages, not token ids: its server applies its own chat template.
 """
 
@@ -89,7 +93,11 @@ def run_bench(cases: list[PromptCase], methods_at: dict[float, list], tokenizer,
         for method in methods:
             run_case(method, warm, tokenizer, SamplingParams(temperature=temperature, seed=0), 8)
     rows, done = [], 0
+    # this project's methods (the baselines learn nothing), each once even if it runs at every temperature
+    learners = {id(m): m for methods in methods_at.values() for m in methods if hasattr(m, "hold_learning")}.values()
     for number, case in enumerate(cases):
+        for method in learners:
+            method.hold_learning()
         for temperature, methods in methods_at.items():
             collected: dict[str, dict] = {m.name: {"first": None, "rates": [], "seconds": [], "tokens": [], "stats": [],
                                                    "peak": None, "ttft": []} for m in methods}
@@ -118,6 +126,8 @@ def run_bench(cases: list[PromptCase], methods_at: dict[float, list], tokenizer,
                 for m, s in ((m, collected[m.name]) for m in methods)}})
             if on_row:
                 on_row(rows[-1])
+        for method in learners:
+            method.release_learning()
     return rows
 
 

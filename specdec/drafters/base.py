@@ -92,6 +92,14 @@ class Drafter(ABC):
         """The request ended: `tokens` is its prompt (the first `prompt_length`) and its output. A
         drafter that learns from outputs learns here; the default does nothing."""
 
+    def hold_learning(self) -> None:
+        """Keep what `finish` would learn aside until `release_learning`, so that every request in
+        between sees the same memory (the bench runs a prompt's repeats and temperatures so: a repeat
+        must not draft from the answer it gave the time before). The default learns nothing anyway."""
+
+    def release_learning(self) -> None:
+        """Learn what was held since `hold_learning`, in order, and learn as requests end again."""
+
     def verified_tokens(self, gamma: int) -> int:
         """Draft tokens the target verifies when this drafter drafts γ deep: γ for a chain, the
         number of nodes within depth γ for a tree (what a verification pass costs)."""

@@ -120,14 +120,29 @@ class Corpus:
         self.automaton.count_occurrences()
         self.counted_states = len(self.automaton.length)
         self.learned = 0  # tokens of earlier outputs added
+        self.held: list[list[int]] | None = None  # outputs kept aside while learning is held (`hold`)
 
     def add(self, document: list[int]) -> None:
         for token in document:
             self.automaton.extend(token)
         self.automaton.extend(SEPARATOR)
 
+    def hold(self) -> None:
+        """From now on, keep outputs aside instead of learning them (until `release`)."""
+        if self.held is None:
+            self.held = []
+
+    def release(self) -> None:
+        """Learn the outputs kept aside, in the order they came, and learn as they come again."""
+        held, self.held = self.held or [], None
+        for output in held:
+            self.learn(output)
+
     def learn(self, output: list[int]) -> None:
         """Add an output (up to LEARN_LIMIT tokens in all); occurrence counts are refreshed as it grows."""
+        if self.held is not None:
+            self.held.append(list(output))
+            return
         if not output or self.learned + len(output) > LEARN_LIMIT:
             return
         self.add(output)
@@ -160,6 +175,12 @@ class SuffixDrafter(Drafter):
     def finish(self, tokens: list[int], prompt_length: int) -> None:
         if self.learn_outputs:
             self.shared.learn(tokens[prompt_length:])
+
+    def hold_learning(self) -> None:
+        self.shared.hold()
+
+    def release_learning(self) -> None:
+        self.shared.release()
 
     def _catch_up(self, tokens: list[int]) -> None:
         for token in tokens[len(self.request.tokens):]:
