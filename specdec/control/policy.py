@@ -253,6 +253,8 @@ class AdaptivePolicy:
         # per drafter: γ → draft tokens in the verification pass (a tree verifies more than its depth)
         self.verified = verified or [lambda gamma: gamma] * len(drafter_names)  # default: chains
         self.gammas = [fixed_gamma] if fixed_gamma else list(range(1, max_gamma + 1))
+        # per drafter: [n(1) .. n(max γ)], the draft tokens verified at each depth
+        self.verified_counts = [[verified(gamma) for gamma in range(1, max(self.gammas) + 1)] for verified in self.verified]
         self.may_fall_back = fixed_gamma is None  # a γ fixed by hand is kept, even when it loses
         self.acceptance = [PositionAcceptance(prior, memory, positions=max(self.gammas)) for _ in drafter_names]
         self.by_match = [dict() for _ in drafter_names]  # lookups: match-length bucket → PositionAcceptance
@@ -307,9 +309,8 @@ class AdaptivePolicy:
             if self.looks_first[index] or not self._allowed(index):
                 continue
             expected = self.acceptance[index].expected_tokens_up_to(max(self.gammas))
-            for gamma in self.gammas:
-                speedup = self.costs.predicted_speedup(name, gamma, expected[gamma - 1], self.verified[index](gamma), rows)
-                out.append((speedup, index, gamma))
+            speedups = self.costs.predicted_speedups(name, expected, self.verified_counts[index], rows)
+            out += [(speedups[gamma - 1], index, gamma) for gamma in self.gammas]
         return out
 
     def offer(self, index: int, draft, rows: int = 1) -> tuple[float, int, int] | None:
@@ -330,10 +331,9 @@ class AdaptivePolicy:
 
     def _best_prefix(self, index: int, draft, rows: int) -> tuple[int, float]:
         """(k, S): the prefix of a lookup's proposal with the best predicted S above 1, or (0, 1.0)."""
-        name, bucket = self.names[index], self._bucket(index, draft.match_length)
+        expected = self._bucket(index, draft.match_length).expected_tokens_up_to(len(draft))
         best_k, best = 0, 1.0
-        for k in range(1, len(draft) + 1):
-            speedup = self.costs.predicted_speedup(name, k, bucket.expected_tokens(k), rows=rows)
+        for k, speedup in enumerate(self.costs.predicted_speedups(self.names[index], expected, rows=rows), 1):
             if speedup > best:
                 best_k, best = k, speedup
         return best_k, best

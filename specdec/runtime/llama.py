@@ -381,24 +381,22 @@ class LlamaModel(nn.Module):
         depth = len(self.layers) if exit_layer is None else min(exit_layer, len(self.layers))
         if any(not 0 <= layer < depth for layer in aux_layers):
             raise ValueError(f"aux_layers {aux_layers} must lie in 0..{depth - 1}")
-        aux: dict[int, torch.Tensor] = {}
-        bounds = sorted({0, depth, *aux_layers})  # run the layers in ranges, capturing the stream between them
+        aux: dict[int, torch.Tensor] = {}  # layer → the stream entering it, [N, hidden]
+        captured = sorted(set(aux_layers))
         fused = self._fused_layer_weights() if kernels is not None else None
-        if fused is None:
+        if fused is not None:  # every layer in one call, the same arithmetic as the loop below
+            c = self.config
+            x, *streams = kernels.decoder_layers(x, fused, depth, cos, sin, [a.cache.keys for a in attending],
+                                                 [a.cache.values for a in attending], [a.past for a in attending],
+                                                 [a.tokens for a in attending], [a.tree_mask for a in attending],
+                                                 c.rms_norm_eps, c.num_heads, c.num_kv_heads, captured)
+            aux = dict(zip(captured, streams))
+        else:
             cos, sin = cos[:, None], sin[:, None]  # [N, 1, D]: one angle for every head
-        for first, end in zip(bounds, bounds[1:]):
-            if first in aux_layers:
-                aux[first] = x
-            if fused is not None:  # the range's layers in one call, the same arithmetic as the loop below
-                c = self.config  # (a cache's layers [first:] are a contiguous view: the kernel's layer 0 is `first`)
-                x = kernels.decoder_layers(x, fused[first * LAYER_WEIGHTS:], end - first, cos, sin,
-                                           [a.cache.keys[first:] for a in attending],
-                                           [a.cache.values[first:] for a in attending], [a.past for a in attending],
-                                           [a.tokens for a in attending], [a.tree_mask for a in attending],
-                                           c.rms_norm_eps, c.num_heads, c.num_kv_heads)
-            else:
-                for i in range(first, end):  # (slicing the ModuleList would build a new one per pass)
-                    x = self.layers[i].forward_segments(x, cos, sin, attending, i, kernels)
+            for i in range(depth):  # (slicing the ModuleList would build a new one per pass)
+                if i in aux_layers:
+                    aux[i] = x
+                x = self.layers[i].forward_segments(x, cos, sin, attending, i, kernels)
         for seg in segments:
             seg.cache.advance(seg.tokens)
         if aux_layers:

@@ -83,9 +83,9 @@ class CostModel:
     def measured_pass(self, tokens: int) -> float:
         """T(tokens) as measured (not smoothed: on a CPU, GEMM kernels make some sizes genuinely
         cheaper than smaller ones); past the measured sizes, extended linearly."""
-        sizes = sorted(self.pass_seconds)
         if tokens in self.pass_seconds:
             return self.pass_seconds[tokens]
+        sizes = sorted(self.pass_seconds)
         if tokens < sizes[0]:
             return self.pass_seconds[sizes[0]]
         first, last = sizes[0], sizes[-1]
@@ -134,6 +134,19 @@ class CostModel:
         verified = gamma if verified is None else verified
         seconds = self.batch_pass(rows, rows + verified) + self.draft_seconds(drafter, gamma)
         return (expected_tokens + rows - 1) / rows * self.batch_pass(rows, rows) / seconds
+
+    def predicted_speedups(self, drafter: str, expected_tokens: list[float], verified: list[int] | None = None,
+                           rows: int = 1) -> list[float]:
+        """`predicted_speedup` for γ = 1 .. len(expected_tokens) at once (`expected_tokens[γ − 1]` and
+        `verified[γ − 1]` for each; default: chains), pricing the plain pass once: the policy asks this
+        every round, for every drafter."""
+        plain = self.batch_pass(rows, rows)
+        out = []
+        for gamma, expected in enumerate(expected_tokens, 1):
+            seconds = (self.batch_pass(rows, rows + (gamma if verified is None else verified[gamma - 1]))
+                       + self.draft_seconds(drafter, gamma))
+            out.append((expected + rows - 1) / rows * plain / seconds)
+        return out
 
     def to_json(self) -> dict:
         return {

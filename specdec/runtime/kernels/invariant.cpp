@@ -569,11 +569,12 @@ torch::Tensor pack_gguf(const std::vector<torch::Tensor>& raws, const std::vecto
                         const std::vector<torch::Tensor>& orders);
 torch::Tensor dequantize_packed(torch::Tensor packed, torch::Tensor rows);
 // layer.cpp
-torch::Tensor decoder_layers(torch::Tensor x, const std::vector<torch::Tensor>& layer_weights, int64_t num_layers,
-                             torch::Tensor cos, torch::Tensor sin, const std::vector<torch::Tensor>& keys,
-                             const std::vector<torch::Tensor>& values, const std::vector<int64_t>& pasts,
-                             const std::vector<int64_t>& tokens, const std::vector<torch::Tensor>& tree_masks,
-                             double eps, int64_t heads, int64_t kv_heads);
+std::vector<torch::Tensor> decoder_layers(torch::Tensor x, const std::vector<torch::Tensor>& layer_weights,
+                                          int64_t num_layers, torch::Tensor cos, torch::Tensor sin,
+                                          const std::vector<torch::Tensor>& keys, const std::vector<torch::Tensor>& values,
+                                          const std::vector<int64_t>& pasts, const std::vector<int64_t>& tokens,
+                                          const std::vector<torch::Tensor>& tree_masks, double eps, int64_t heads,
+                                          int64_t kv_heads, const std::vector<int64_t>& capture);
 torch::Tensor eagle3_layer(torch::Tensor embeds, torch::Tensor hidden, const std::vector<torch::Tensor>& weights,
                            torch::Tensor cos, torch::Tensor sin, torch::Tensor keys, torch::Tensor values, int64_t past,
                            double eps, int64_t heads, int64_t kv_heads);
@@ -594,5 +595,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("dequantize_packed", &dequantize_packed, "the exact float32 weights of rows of a packed tensor (all rows when empty)", NO_GIL);
   m.def("quant_linear_path", &quant_linear_path, "the instruction set quant_linear was built for", NO_GIL);
   m.def("eagle3_layer", &eagle3_layer, "an EAGLE-3 head's decoder layer over new pairs of one sequence (quantized linears), in one call", NO_GIL);
-  m.def("decoder_layers", &decoder_layers, "the decoder layers of one pass over segments of rows, each with its own cache (quantized linears), in one call", NO_GIL);
+  m.def("decoder_layers", &decoder_layers, "the decoder layers of one pass over segments of rows, each with its own cache (quantized linears), in one call; "
+        "returns the stream after them and the streams entering the `capture` layers", NO_GIL);
 }

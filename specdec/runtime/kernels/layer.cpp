@@ -105,13 +105,18 @@ torch::Tensor attend_and_mix(const torch::Tensor& stream, const torch::Tensor& q
 // parallel pass over every (segment, KV head, token chunk), each row by `attention`'s recipe).
 // x: [N, hidden] float32; layer_weights: 10 tensors per layer (see kWeightsPerLayer), packed linears
 // as `quant_linear` takes them; cos, sin: [N, D]; the first `num_layers` layers run. Returns the
-// residual stream after them, [N, hidden].
-torch::Tensor decoder_layers(torch::Tensor x, const std::vector<torch::Tensor>& layer_weights, int64_t num_layers,
-                             torch::Tensor cos, torch::Tensor sin, const std::vector<torch::Tensor>& keys,
-                             const std::vector<torch::Tensor>& values, const std::vector<int64_t>& pasts,
-                             const std::vector<int64_t>& tokens, const std::vector<torch::Tensor>& tree_masks,
-                             double eps, int64_t heads, int64_t kv_heads) {
+// residual stream after them, [N, hidden], followed by the stream entering each layer of `capture`
+// (ascending layer indices below num_layers; what EAGLE-3 heads read), [N, hidden] each.
+std::vector<torch::Tensor> decoder_layers(torch::Tensor x, const std::vector<torch::Tensor>& layer_weights,
+                                          int64_t num_layers, torch::Tensor cos, torch::Tensor sin,
+                                          const std::vector<torch::Tensor>& keys, const std::vector<torch::Tensor>& values,
+                                          const std::vector<int64_t>& pasts, const std::vector<int64_t>& tokens,
+                                          const std::vector<torch::Tensor>& tree_masks, double eps, int64_t heads,
+                                          int64_t kv_heads, const std::vector<int64_t>& capture) {
   TORCH_CHECK(static_cast<int64_t>(layer_weights.size()) >= num_layers * kWeightsPerLayer, "decoder_layers: weights missing");
+  for (size_t c = 0; c < capture.size(); ++c)
+    TORCH_CHECK(capture[c] >= 0 && capture[c] < num_layers && (c == 0 || capture[c] > capture[c - 1]),
+                "decoder_layers: capture wants ascending layers below num_layers");
   const size_t segments = tokens.size();
   TORCH_CHECK(segments > 0, "decoder_layers: no segments");
   TORCH_CHECK(keys.size() == segments && values.size() == segments && pasts.size() == segments &&
@@ -137,14 +142,21 @@ torch::Tensor decoder_layers(torch::Tensor x, const std::vector<torch::Tensor>& 
   sin = sin.contiguous();
   torch::Tensor stream = x.contiguous();  // [N, hidden]
   torch::Tensor q = torch::empty({rows, heads, dim}, stream.options());  // [N, H, D], rewritten every layer
+  std::vector<torch::Tensor> out{stream};  // out[0] becomes the stream after the last layer
+  size_t next_capture = 0;
   for (int64_t l = 0; l < num_layers; ++l) {
+    if (next_capture < capture.size() && capture[next_capture] == l) {  // each layer makes a new stream: no copy needed
+      out.push_back(stream);
+      ++next_capture;
+    }
     const torch::Tensor* w = layer_weights.data() + l * kWeightsPerLayer;
     torch::Tensor qkv = linear(rms_norm(stream, w[0], eps), w + 1, kQkvSlots);  // [N, (H + 2 Hkv) D]
     if (w[4].numel()) qkv.add_(w[4]);
     stream = attend_and_mix(stream, qkv.contiguous(), w + 5, cos, sin, q, keys, values, l, pasts, starts, tokens, masks,
                             eps, heads, kv_heads, dim);
   }
-  return stream;
+  out[0] = stream;
+  return out;
 }
 
 // The EAGLE-3 head's layer (heads/eagle3.py, Eagle3Layer) over n new pairs of one sequence, causal
