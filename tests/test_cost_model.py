@@ -81,6 +81,38 @@ def test_a_changed_head_gets_its_own_measured_draft_cost(tiny_target, costs_dir,
     assert measured[2:] == [("eagle3", "bbb")] and changed.draft_weights == {"eagle3": "bbb"}
 
 
+def test_a_model_drafters_catch_up_is_measured_and_a_cost_cached_without_one_measured_again(
+        tiny_target, draft_model, costs_dir, monkeypatch):
+    """A draft model reads what it has not read before drafting (`catch_up_tokens`): its cost per such
+    token is measured (from fresh starts) and cached beside its other costs, and a lookup's is 0. A
+    cache file written before catch-ups were priced has its draft costs measured again, the pass
+    costs read back (the control: the same file with them is read whole)."""
+    from specdec.drafters import DraftModelDrafter
+
+    drafters = [PromptLookupDrafter(), DraftModelDrafter(draft_model, tiny_target)]
+    first = load_or_measure(tiny_target, drafters, max_gamma=2, repeats=1)
+    path = costs_dir / f"{first.key}.json"
+    cached = json.loads(path.read_text())["draft_costs"]
+    assert cached["ngram"]["per_catch_up"] == 0.0 and cached[drafters[1].name]["per_catch_up"] >= 0.0
+    measured = []
+    real = measure.measure_draft_cost
+
+    def counting(model, drafter, *args, **kwargs):
+        measured.append(drafter.name)
+        return real(model, drafter, *args, **kwargs)
+
+    monkeypatch.setattr(measure, "measure_draft_cost", counting)
+    monkeypatch.setattr(measure, "measure_pass_costs", lambda *a, **k: pytest.fail("pass costs measured again"))
+    load_or_measure(tiny_target, drafters, max_gamma=2, repeats=1)
+    assert measured == []  # the control
+    old = json.loads(path.read_text())
+    for cost in old["draft_costs"].values():
+        del cost["per_catch_up"]
+    path.write_text(json.dumps(old))
+    again = load_or_measure(tiny_target, drafters, max_gamma=2, repeats=1)
+    assert measured == ["ngram", drafters[1].name] and again.pass_seconds == first.pass_seconds
+
+
 def test_module_digest_follows_the_weights(tiny_target):
     import torch
 

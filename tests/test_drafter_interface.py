@@ -56,3 +56,39 @@ def test_build_drafters_gives_a_list_for_every_spec(tiny_target):
     assert isinstance(one, PromptLookupDrafter) and isinstance(one, Drafter)
     several = build_drafters("auto:ngram,suffix", tiny_target)
     assert [d.name for d in several] == ["ngram", "suffix"] and all(isinstance(d, Drafter) for d in several)
+
+
+def test_a_model_drafter_counts_the_committed_tokens_it_has_not_read(tiny_target, draft_model):
+    """What the cost model prices as a catch-up (`catch_up_tokens`): after a fresh start all it reads
+    but the last (a draft model every prompt token before the last; an EAGLE head the pairs of a
+    token's feature and the next token, one fewer); after a proposal none; after k more committed
+    tokens (not its drafts) k − 1 (the last is read by every proposal). A lookup reads nothing of the
+    past: 0 (the control)."""
+    import torch
+
+    from specdec.drafters import DraftModelDrafter, EagleDrafter
+    from specdec.drafters.base import Features
+    from specdec.runtime.llama import Segment
+    from specdec.sampling import SamplingParams
+    from random_heads import random_eagle_head
+
+    net, greedy = tiny_target.net, SamplingParams()
+    prompt = [3, 9, 4, 17, 5, 22, 8, 31, 6, 12]
+    eagle = EagleDrafter(tiny_target, random_eagle_head(tiny_target))
+    model = DraftModelDrafter(draft_model, tiny_target)
+    cache = net.new_cache(40)
+    out = net.forward_segments(torch.tensor(prompt[:-1]), [Segment(cache, len(prompt) - 1)], return_hidden=True)
+    for drafter, fresh in ((eagle, len(prompt) - 2), (model, len(prompt) - 1)):
+        drafter.begin(prompt, 40, cache)
+        if drafter.wants_features:
+            drafter.accept_features(Features(out[1], {}).for_drafter(drafter))
+        assert drafter.catch_up_tokens(prompt) == fresh, drafter.name
+        drafts = drafter.propose(prompt, 3, greedy, greedy.generator(net.device)).tokens
+        assert drafter.catch_up_tokens(prompt) == 0
+        more = [(drafts[0] + 1) % tiny_target.vocab_size, 7, 11, 2]  # not its drafts
+        if drafter.wants_features:
+            grown = net.forward_segments(torch.tensor(prompt[-1:] + more[:-1]), [Segment(cache, len(more))],
+                                         return_hidden=True)
+            drafter.accept_features(Features(grown[1], {}).for_drafter(drafter))
+        assert drafter.catch_up_tokens(prompt + more) == len(more) - 1, drafter.name
+    assert PromptLookupDrafter().catch_up_tokens(prompt) == 0

@@ -471,3 +471,35 @@ def test_asking_stops_while_the_allowance_is_spent(monkeypatch):
 
     assert 450 <= asks(LOSS_SHARE) <= 650
     assert asks(1e9) == 1000
+
+
+def resting_drafter_losses(rounds: int, told: bool) -> tuple[float, float]:
+    """One model drafter that is never accepted and that, when chosen, first reads every token
+    committed since it last drafted (0.02 of a pass each, as after rounds it sat out). Returns what
+    its rounds lost in one-token passes, catch-ups included, and the allowance's bound; `told`:
+    whether the policy hears of the catch-ups."""
+    cost_model = CostModel({k: 1 + 0.1 * (k - 1) for k in range(1, 10)}, {"model": DraftCost(0.0, 0.05, 0.02)})
+    policy = AdaptivePolicy(cost_model, ["model"], max_gamma=8, prior=0.9)
+    lost, unread, worst = 0.0, 0, 0.0
+    for _ in range(rounds):
+        plan = policy.choose()
+        caught_up = 0
+        if plan.drafter is not None:
+            caught_up, unread = unread, 0
+            loss = cost_model.target_pass(plan.gamma + 1) + cost_model.draft_seconds("model", plan.gamma, caught_up) - 1
+            lost, worst = lost + loss, max(worst, loss)
+        policy.observe(plan, plan.gamma, 0, 0, caught_up=caught_up if told else 0)
+        unread += 1  # the round committed one token (nothing was accepted)
+    return lost, LOSS_START + LOSS_SHARE * rounds + worst
+
+
+def test_a_probe_after_a_long_rest_pays_for_its_catch_up():
+    """A model drafter reads, before drafting, the tokens committed while it rested: after 128 plain
+    rounds a probe costs 2.6 passes more than its draft. Priced (`caught_up`), the probes stay within
+    the allowance over 3,000 rounds (2 + 30 + the worst round, one-token passes); the control, the
+    same policy not told of the catch-ups, probes every 128 rounds and loses more than that bound.
+    Deterministic."""
+    lost, bound = resting_drafter_losses(3000, told=True)
+    assert 0 < lost <= bound, (lost, bound)
+    unpriced, unpriced_bound = resting_drafter_losses(3000, told=False)
+    assert unpriced > unpriced_bound, (unpriced, unpriced_bound)

@@ -30,8 +30,9 @@ What speculation may lose is capped, whatever the estimates say. Each of the D d
 allowance (`bank`, in one-token passes) that every round adds LOSS_SHARE / D to (1% of a pass a
 round in all), that each of its speculative rounds adds what it gained to or takes what it lost from
 against plain decoding, as the cost model prices them (its pass and draft, (T(B, B + n) + D) / T(B, B),
-against the (accepted + B) / B passes' worth of tokens it committed), and that asking it (a lookup)
-takes what its proposal cost from; gains bank at most LOSS_BANK (6) passes, and it starts at
+against the (accepted + B) / B passes' worth of tokens it committed; a model drafter's D includes
+reading the committed tokens it had not read, which after a long rest is most of a probe's cost), and
+that asking it (a lookup) takes what its proposal cost from; gains bank at most LOSS_BANK (6) passes, and it starts at
 LOSS_START (2). A drafter whose allowance is below zero is neither asked nor chosen, probes and
 retries included; the others go on, so a model drafter that lost does not stop a lookup that pays.
 So over any n rounds speculation loses at most 0.01·n one-token passes, plus what the allowances held
@@ -237,7 +238,7 @@ class FixedPolicy:
         return None  # γ fixed by hand: every token of it is drafted
 
     def observe(self, plan: RoundPlan, drafted: int, accepted: int, match_length: int = 0,
-                confidence: list[float] | None = None) -> None:
+                confidence: list[float] | None = None, caught_up: int = 0) -> None:
         pass
 
 
@@ -418,10 +419,14 @@ class AdaptivePolicy:
         return self.by_match[index][key]
 
     def observe(self, plan: RoundPlan, drafted: int, accepted: int, match_length: int = 0,
-                confidence: list[float] | None = None) -> None:
+                confidence: list[float] | None = None, caught_up: int = 0) -> None:
+        """A round of `plan` drafted `drafted` tokens deep and `accepted` of them were; a lookup's
+        proposal followed a match of `match_length` tokens, a chain said `confidence` of each token,
+        and a model drafter first read `caught_up` committed tokens it had not read."""
         if plan.drafter is None:
             return  # a plain round: no evidence, and nothing fades (coming back is the probes' job)
-        self.bank[plan.drafter] = min(self.bank[plan.drafter] - self._loss(plan.drafter, drafted, accepted), LOSS_BANK)
+        loss = self._loss(plan.drafter, drafted, accepted, caught_up)
+        self.bank[plan.drafter] = min(self.bank[plan.drafter] - loss, LOSS_BANK)
         for index, acceptance in enumerate(self.acceptance):
             if index == plan.drafter:
                 acceptance.observe(drafted, accepted)
@@ -432,13 +437,14 @@ class AdaptivePolicy:
             else:
                 acceptance.fade(self.idle_memory)
 
-    def _loss(self, index: int, drafted: int, accepted: int) -> float:
+    def _loss(self, index: int, drafted: int, accepted: int, caught_up: int = 0) -> float:
         """What a round of drafter `index` cost beyond the tokens it committed, in one-token passes of
         the batch as the cost model prices them (negative: a gain). Its pass and draft took
         (T(B, B + n) + D) / T(B, B) plain passes (a lookup asked first: D was paid when asked,
-        `_asking`) and committed (accepted + 1 + B − 1) / B passes' worth."""
+        `_asking`; a model drafter's D includes reading the `caught_up` tokens it had not read, so a
+        probe after a long rest pays for its catch-up) and committed (accepted + 1 + B − 1) / B passes' worth."""
         rows = self.rows
-        draft = 0.0 if self.looks_first[index] else self.costs.draft_seconds(self.names[index], drafted)
+        draft = 0.0 if self.looks_first[index] else self.costs.draft_seconds(self.names[index], drafted, caught_up)
         seconds = self.costs.batch_pass(rows, rows + self.verified[index](drafted)) + draft
         return seconds / self.costs.batch_pass(rows, rows) - (accepted + rows) / rows
 

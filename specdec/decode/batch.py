@@ -185,6 +185,7 @@ class Row:
         self.timed_drafters: set[str] = set()  # drafters whose proposals' times now reach the cost model
         # this round's choices (steps 1-2), read by steps 3-6
         self.plan, self.drafter, self.draft, self.draft_seconds = PLAIN_ROUND, None, Draft([]), 0.0
+        self.caught_up = 0
         self.committed_len = 0  # the cache's length before this round's pass (step 3)
         self.tree: TokenTree | None = None
 
@@ -204,10 +205,12 @@ class Row:
         plan = self.policy.choose(rows, proposals) if self.policy else PLAIN_ROUND
         drafter = self.drafters[plan.drafter] if plan.drafter is not None else None
         budget = min(plan.gamma, room)
+        self.caught_up = 0  # committed tokens the drafter read first (what the rounds it sat out left it)
         if plan.drafter in proposals:
             draft = proposals[plan.drafter].prefix(plan.gamma)  # the tokens of it worth verifying
         elif drafter and budget > 0:
             early = self.policy.keep_drafting(plan, rows) if drafter.stops_early else None
+            self.caught_up = drafter.catch_up_tokens(self.tokens)
             draft = self._propose(drafter, budget, early)
         else:
             draft = Draft([])
@@ -294,7 +297,7 @@ class Row:
         # 6. record
         depth = draft.depth  # draft positions: a chain's length, a tree's depth ("drafted")
         if self.policy:
-            self.policy.observe(self.plan, depth, n, draft.match_length, draft.confidence)
+            self.policy.observe(self.plan, depth, n, draft.match_length, draft.confidence, self.caught_up)
         drafter = self.drafter
         self.stats.record_round(depth, n, verified_tokens=len(draft), drafter=drafter.name if drafter else "plain",
                                 gamma=self.plan.gamma, committed=len(pieces), draft_seconds=self.draft_seconds,
@@ -369,13 +372,14 @@ class Row:
     def _propose(self, drafter: Drafter, budget: int, keep_drafting=None) -> Draft:
         """The drafter's proposal of up to `budget` tokens, checked, its time given to the cost model."""
         committed_len = self.cache.length
+        behind = drafter.catch_up_tokens(self.tokens)
         proposing = time.perf_counter()
         draft = drafter.propose(self.tokens, budget, self.params, self.generator,
                                 **({"keep_drafting": keep_drafting} if keep_drafting else {}))
         costs = self.cost_model
-        if costs is not None and drafter.name in self.timed_drafters:  # a first call also catches up
+        if costs is not None and drafter.name in self.timed_drafters:  # a first call also warms up
             drafted = len(draft) if drafter.stops_early else budget  # a chain that stopped early drafted fewer
-            costs.observe_draft(drafter.name, drafted, time.perf_counter() - proposing)
+            costs.observe_draft(drafter.name, drafted, time.perf_counter() - proposing, behind)
         self.timed_drafters.add(drafter.name)
         self._check_draft(drafter, draft, budget, self.cache.length == committed_len)
         return draft

@@ -100,6 +100,13 @@ class Drafter(ABC):
     def release_learning(self) -> None:
         """Learn what was held since `hold_learning`, in order, and learn as requests end again."""
 
+    def catch_up_tokens(self, tokens: list[int]) -> int:
+        """Committed tokens before the last that this drafter's next proposal after `tokens` reads
+        first, because it has not read them yet (a model with a cache of its own, after rounds it did
+        not draft: the cost model prices them, `DraftCost.per_catch_up`); 0 for drafters that read
+        nothing of the past, or keep up every round."""
+        return 0
+
     def verified_tokens(self, gamma: int) -> int:
         """Draft tokens the target verifies when this drafter drafts γ deep: γ for a chain, the
         number of nodes within depth γ for a tree (what a verification pass costs)."""

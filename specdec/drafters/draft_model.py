@@ -43,11 +43,7 @@ class DraftModelDrafter(Drafter):
             return Draft([], None)
         net = self.model.net
         device = net.device
-        # Roll back to the common prefix; always feed at least the last token to get its logits.
-        common = 0
-        limit = min(len(self.cached_ids), len(tokens) - 1)
-        while common < limit and self.cached_ids[common] == tokens[common]:
-            common += 1
+        common = self._common_prefix(tokens)  # rolled back to it; the last token is always fed (its logits)
         self.cache.truncate(common)
         self.cached_ids = self.cached_ids[:common]
 
@@ -56,6 +52,17 @@ class DraftModelDrafter(Drafter):
             return net.forward(torch.tensor([ids], device=device), self.cache, last_only=True)[0, -1]
 
         return draft_chain(next_logits, tokens[common:], max_tokens, params, generator)
+
+    def _common_prefix(self, tokens: list[int]) -> int:
+        """How many of `tokens` but the last the cache holds already (the drafts the target rejected
+        are not among them)."""
+        common, limit = 0, min(len(self.cached_ids), len(tokens) - 1)
+        while common < limit and self.cached_ids[common] == tokens[common]:
+            common += 1
+        return common
+
+    def catch_up_tokens(self, tokens: list[int]) -> int:
+        return len(tokens) - 1 - self._common_prefix(tokens)
 
 
 def check_same_vocabulary(draft: LanguageModel, target: LanguageModel) -> None:

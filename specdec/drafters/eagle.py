@@ -161,6 +161,10 @@ class EagleDrafter(Drafter):
             return gamma
         return min(self.max_nodes, self.top_k * gamma, self.top_k + (gamma - 1) * self.top_k * self.top_k)
 
+    def catch_up_tokens(self, tokens: list[int]) -> int:
+        """Committed pairs before the last one that the next proposal feeds the head first."""
+        return max(0, self.known - 1 - self.cache.length) if self.cache is not None else 0
+
     def _catch_up(self, tokens: list[int]) -> int:
         """Check the features are in step, roll the cache back to the committed pairs not yet fed
         (at least the last one, whose prediction starts the draft); returns the first pair to feed."""

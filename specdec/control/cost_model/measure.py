@@ -67,8 +67,13 @@ def measure_row_costs(net, context: int, sizes: list[int], repeats: int) -> tupl
     return {size: max(0.0, statistics.median(d)) for size, d in extra.items()}, one_row
 
 
+CATCH_UP_REPEATS = 3  # fresh starts timed for a model drafter's catch-up cost (each reads the whole context)
+
+
 def measure_draft_cost(model, drafter, context: int, max_gamma: int, repeats: int) -> DraftCost:
-    """Time `drafter` proposing 1 and `max_gamma` tokens after a repetitive synthetic context.
+    """Time `drafter` proposing 1 and `max_gamma` tokens after a repetitive synthetic context, and,
+    for one that reads committed tokens it has not read yet (`Drafter.catch_up_tokens`), a proposal
+    that first reads the whole context: its cost per token read.
 
     The context repeats one random block, so that lookup drafters find matches and propose in
     full; they are asked after a context one token longer each call, as in decoding. A drafter that
@@ -82,10 +87,12 @@ def measure_draft_cost(model, drafter, context: int, max_gamma: int, repeats: in
     max_len = context + max_gamma + 1
     cache = net.new_cache(max_len)
     drafter.begin(tokens, max_len, cache)
+    features = None
     if drafter.wants_features:  # EAGLE, Medusa: the features of every token but the last
         ids = torch.tensor(tokens[:-1], device=net.device)
         out = net.forward_segments(ids, [Segment(cache, len(ids))], return_hidden=True, aux_layers=drafter.feature_layers)
-        drafter.accept_features(Features(out[1], out[2] if drafter.feature_layers else {}).for_drafter(drafter))
+        features = Features(out[1], out[2] if drafter.feature_layers else {}).for_drafter(drafter)
+        drafter.accept_features(features)
     else:
         net.forward(torch.tensor([tokens[:-1]], device=net.device), cache)  # every token but the last
     greedy = SamplingParams()
@@ -109,7 +116,21 @@ def measure_draft_cost(model, drafter, context: int, max_gamma: int, repeats: in
 
     one, many = timed(1), timed(max_gamma)
     per_token = max(0.0, (many - one) / (max_gamma - 1)) if max_gamma > 1 else 0.0
-    return DraftCost(per_call=max(0.0, one - per_token), per_token=per_token)
+
+    def caught_up() -> float | None:  # a fresh start: the next proposal reads the whole context first
+        drafter.begin(tokens, max_len, cache)
+        if features is not None:
+            drafter.accept_features(features)
+        behind = drafter.catch_up_tokens(tokens)
+        if not behind:
+            return None  # it reads nothing of the past, or keeps up by itself
+        start = time.perf_counter()
+        drafter.propose(tokens, 1, greedy, generator)
+        return max(0.0, time.perf_counter() - start - one) / behind
+
+    first = caught_up()
+    per_catch_up = 0.0 if first is None else statistics.median([first] + [caught_up() for _ in range(CATCH_UP_REPEATS - 1)])
+    return DraftCost(per_call=max(0.0, one - per_token), per_token=per_token, per_catch_up=per_catch_up)
 
 
 PROBE_CONTEXT = 32  # cached tokens before the probe's passes (a short prefill: the probe only sizes the work)
@@ -122,7 +143,7 @@ def estimate_measuring(net, context: int, pass_sizes: list[int], batch_sizes: li
     tokens asked for; T(k) is taken as linear between and beyond them. Each measurement prefills
     `context` tokens and runs `repeats` + 1 sweeps (passes over every size; for rows, B rows of one
     token beside one row of B tokens, both priced at T(B)); each drafter to measure adds a prefill
-    and its proposals (not priced: a drafter costs less than the target)."""
+    and its proposals and catch-ups (not priced: a drafter costs less than the target)."""
     largest, probe = max([*pass_sizes, *batch_sizes, 1]), min(PROBE_CONTEXT, context)
     ids = torch.randint(0, net.vocab_size, (1, probe + largest), generator=torch.Generator().manual_seed(2))
     cache = net.new_cache(probe + largest)

@@ -19,11 +19,14 @@ FORMAT_VERSION = 1
 
 @dataclass
 class DraftCost:
-    per_call: float  # seconds spent once per proposal (a lookup's search, a model's catch-up)
+    per_call: float  # seconds spent once per proposal (a lookup's search, a model reading the last token)
     per_token: float  # seconds per drafted token (one draft-model step)
+    per_catch_up: float = 0.0  # seconds per committed token a model reads first, not having read it yet
 
-    def seconds(self, gamma: int) -> float:
-        return self.per_call + self.per_token * gamma if gamma else 0.0
+    def seconds(self, gamma: int, caught_up: int = 0) -> float:
+        """D(γ) of a proposal that first reads `caught_up` committed tokens it had not read
+        (`Drafter.catch_up_tokens`: rounds it did not draft, the tokens the last round accepted)."""
+        return self.per_call + self.per_token * gamma + self.per_catch_up * caught_up if gamma else 0.0
 
 
 CALIBRATION_MEMORY = 0.97  # weight an observed round keeps per later observation of the same k
@@ -97,17 +100,19 @@ class CostModel:
         slope = (self.pass_seconds[above] - self.pass_seconds[below]) / (above - below)
         return self.pass_seconds[below] + slope * (tokens - below)
 
-    def observe_draft(self, drafter: str, gamma: int, seconds: float) -> None:
-        """`drafter` took `seconds` to propose γ tokens in a real round."""
-        measured = self.draft_costs[drafter].seconds(gamma)
+    def observe_draft(self, drafter: str, gamma: int, seconds: float, caught_up: int = 0) -> None:
+        """`drafter` took `seconds` to propose γ tokens in a real round, reading `caught_up` committed
+        tokens first."""
+        measured = self.draft_costs[drafter].seconds(gamma, caught_up)
         if self.calibrate and seconds > 0 and measured > 0:
             self.draft_calibration.setdefault(drafter, Calibration()).observe(gamma, seconds / measured)
 
-    def draft_seconds(self, drafter: str, gamma: int) -> float:
-        """D_drafter(γ): the measured fit scaled by what real proposals of this γ cost."""
+    def draft_seconds(self, drafter: str, gamma: int, caught_up: int = 0) -> float:
+        """D_drafter(γ): the measured fit scaled by what real proposals of this γ cost; with
+        `caught_up`, of a proposal that first reads that many committed tokens."""
         calibration = self.draft_calibration.get(drafter)
         ratio = calibration.ratio(gamma) if calibration else 1.0
-        return self.draft_costs[drafter].seconds(gamma) * ratio
+        return self.draft_costs[drafter].seconds(gamma, caught_up) * ratio
 
     def row_overhead(self, rows: int) -> float:
         """What `rows` separate rows cost beyond one row of as many tokens (0 for one row, or unmeasured)."""
@@ -154,7 +159,8 @@ class CostModel:
             "key": self.key,
             "description": self.description,
             "pass_seconds": {str(k): v for k, v in sorted(self.pass_seconds.items())},
-            "draft_costs": {name: {"per_call": c.per_call, "per_token": c.per_token} for name, c in self.draft_costs.items()},
+            "draft_costs": {name: {"per_call": c.per_call, "per_token": c.per_token, "per_catch_up": c.per_catch_up}
+                            for name, c in self.draft_costs.items()},
             "row_seconds": {str(b): v for b, v in sorted(self.row_seconds.items())},
             "draft_weights": dict(sorted(self.draft_weights.items())),
         }
@@ -163,7 +169,9 @@ class CostModel:
     def from_json(cls, data: dict) -> CostModel:
         return cls(
             pass_seconds={int(k): float(v) for k, v in data["pass_seconds"].items()},
-            draft_costs={n: DraftCost(float(c["per_call"]), float(c["per_token"])) for n, c in data["draft_costs"].items()},
+            # a draft cost from before catch-ups were priced is left out: measured again, with them
+            draft_costs={n: DraftCost(float(c["per_call"]), float(c["per_token"]), float(c["per_catch_up"]))
+                         for n, c in data["draft_costs"].items() if "per_catch_up" in c},
             row_seconds={int(b): float(v) for b, v in data.get("row_seconds", {}).items()},
             draft_weights={str(n): str(d) for n, d in data.get("draft_weights", {}).items()},
             key=data["key"],
