@@ -159,7 +159,7 @@ def test_a_lookup_is_asked_every_round_even_while_speculation_loses():
     policy = AdaptivePolicy(costs(0.3, d=0.0), ["d"], max_gamma=8, looks_up=[True])
     asked = []
     original = policy.offer
-    policy.offer = lambda index, draft, rows=1: asked.append(index) or original(index, draft, rows)
+    policy.offer = lambda index, draft, rows=1, passes=None: asked.append(index) or original(index, draft, rows, passes)
     plans = run(policy, {"d": 0.0}, rounds=200)
     assert asked == [0] * 200  # every round
     verified = [i for i, p in enumerate(plans) if p.drafter is not None]

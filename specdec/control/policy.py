@@ -84,6 +84,7 @@ same lossless rule whatever γ and drafter were chosen, and the choice depends o
 from __future__ import annotations
 
 import bisect
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -108,7 +109,18 @@ class RoundPlan:
     drafter: int | None  # index into the engine's drafters; None: a plain round
     gamma: int  # tokens to draft (0 for a plain round)
     predicted_speedup: float  # S of this choice (1.0 for a plain round)
-    reason: str
+    explanation: str | Callable[[], str]  # why, or what writes it when asked: few rounds' reasons are read
+
+    @property
+    def reason(self) -> str:
+        """Why this plan, in words (written when first read: read it before the policy observes the
+        round, whose estimates it quotes; `settled`)."""
+        return self.explanation if isinstance(self.explanation, str) else self.explanation()
+
+    def settled(self) -> RoundPlan:
+        """The same plan with its reason written now."""
+        return self if isinstance(self.explanation, str) else RoundPlan(self.drafter, self.gamma,
+                                                                         self.predicted_speedup, self.reason)
 
 
 class PositionAcceptance:
@@ -298,23 +310,30 @@ class AdaptivePolicy:
         not one whose allowance is spent (asking costs time too)."""
         return [index for index, first in enumerate(self.looks_first) if first and self._allowed(index)]
 
+    def _largest_pass(self) -> int:
+        """The most draft tokens a candidate of this round can put in the pass: a lookup's longest
+        proposal, or the largest tree of a model drafter that may draft."""
+        return max([max(self.gammas), *(max(counts) for index, counts in enumerate(self.verified_counts)
+                                         if not self.looks_first[index] and self._allowed(index))])
+
     def _allowed(self, index: int) -> bool:
         """Whether drafter `index` may draft: its allowance is not spent (a γ fixed by hand always may)."""
         return not self.may_fall_back or self.bank[index] >= 0
 
-    def predictions(self, rows: int = 1) -> list[tuple[float, int, int]]:
+    def predictions(self, rows: int = 1, passes: list[float] | None = None) -> list[tuple[float, int, int]]:
         """(S, drafter index, γ) for every candidate but the lookups asked first, with `rows` rows
-        sharing the pass."""
+        sharing the pass (`passes`: the round's `CostModel.pass_prices`)."""
+        passes = passes if passes is not None else self.costs.pass_prices(rows, self._largest_pass())
         out = []
         for index, name in enumerate(self.names):
             if self.looks_first[index] or not self._allowed(index):
                 continue
             expected = self.acceptance[index].expected_tokens_up_to(max(self.gammas))
-            speedups = self.costs.predicted_speedups(name, expected, self.verified_counts[index], rows)
+            speedups = self.costs.predicted_speedups(name, expected, self.verified_counts[index], rows, passes)
             out += [(speedups[gamma - 1], index, gamma) for gamma in self.gammas]
         return out
 
-    def offer(self, index: int, draft, rows: int = 1) -> tuple[float, int, int] | None:
+    def offer(self, index: int, draft, rows: int = 1, passes: list[float] | None = None) -> tuple[float, int, int] | None:
         """A lookup's proposal (a chain) as a candidate (S, index, k): the k of its tokens worth
         verifying, from the acceptance seen after matches as long as this one's; None when no k
         predicts a gain. A match length that would not pay even alone in the pass fades its evidence,
@@ -323,18 +342,18 @@ class AdaptivePolicy:
             return None
         if draft.parents is not None:
             raise ValueError(f"{self.names[index]} looks up chains; it proposed a tree")
-        best_k, best = self._best_prefix(index, draft, rows)
+        best_k, best = self._best_prefix(index, draft, rows, passes)
         if best_k == 0:
             if rows == 1 or self._best_prefix(index, draft, 1)[0] == 0:  # recent evidence towards the long
                 self._bucket(index, draft.match_length).fade(self.memory, LONG_MEMORY)  # run, it towards the prior
             return None
         return best, index, best_k
 
-    def _best_prefix(self, index: int, draft, rows: int) -> tuple[int, float]:
+    def _best_prefix(self, index: int, draft, rows: int, passes: list[float] | None = None) -> tuple[int, float]:
         """(k, S): the prefix of a lookup's proposal with the best predicted S above 1, or (0, 1.0)."""
         expected = self._bucket(index, draft.match_length).expected_tokens_up_to(len(draft))
         best_k, best = 0, 1.0
-        for k, speedup in enumerate(self.costs.predicted_speedups(self.names[index], expected, rows=rows), 1):
+        for k, speedup in enumerate(self.costs.predicted_speedups(self.names[index], expected, rows=rows, passes=passes), 1):
             if speedup > best:
                 best_k, best = k, speedup
         return best_k, best
@@ -347,45 +366,49 @@ class AdaptivePolicy:
         self.rows = rows
         share = LOSS_SHARE / len(self.names)
         self.bank = [min(bank + share, LOSS_BANK) for bank in self.bank]
+        passes = self.costs.pass_prices(rows, self._largest_pass())  # the round's prices, for every candidate
         for index in proposals or {}:
-            self.bank[index] -= self._asking(index)
-        predictions = self.predictions(rows)
-        offers = [offer for index, draft in (proposals or {}).items() if (offer := self.offer(index, draft, rows))]
+            self.bank[index] -= self._asking(index, passes[0])
+        predictions = self.predictions(rows, passes)
+        offers = [offer for index, draft in (proposals or {}).items() if (offer := self.offer(index, draft, rows, passes))]
         best = max(predictions, key=lambda x: (x[0], -x[2])) if predictions else None
         offered = max(offers, key=lambda x: (x[0], -x[2])) if offers else None
+        # the reasons are written only if read (the decision log, a trace), before the round is observed
+        why_best = functools.partial(self._why, *best) if best else None
         if best and (best[0] >= 1 or not self.may_fall_back):
             self.cooldown = COOLDOWN_FIRST
             self.plain_streak = 0
             if offered and offered[0] > best[0]:
-                plan = self._lookup_plan(offered, proposals, f"better than {self._why(*best)}")
+                plan = self._lookup_plan(offered, proposals, lambda: f"better than {why_best()}")
             else:
                 speedup, index, gamma = best
-                plan = RoundPlan(index, self._ask(index, gamma), speedup, f"best predicted: {self._why(*best)}")
+                plan = RoundPlan(index, self._ask(index, gamma), speedup, lambda: f"best predicted: {why_best()}")
         elif offered:  # the others are predicted to lose; a lookup's match pays
-            losing = f"no other drafter is predicted to beat plain decoding; the best: {self._why(*best)}" if best \
-                else "no other drafter"
+            losing = (lambda: f"no other drafter is predicted to beat plain decoding; the best: {why_best()}") if best \
+                else (lambda: "no other drafter")
             plan = self._lookup_plan(offered, proposals, losing)
         elif best and self.plain_streak >= self.cooldown:
             self.cooldown = min(2 * self.cooldown, COOLDOWN_MAX)
             speedup, index, gamma = best
+            streak, self.plain_streak = self.plain_streak, 0
             plan = RoundPlan(index, self._ask(index, gamma), speedup,
-                             f"probe after {self.plain_streak} plain rounds, to check the estimate again: {self._why(*best)}")
-            self.plain_streak = 0
+                             lambda: f"probe after {streak} plain rounds, to check the estimate again: {why_best()}")
         else:
             self.plain_streak += 1
-            plan = RoundPlan(None, 0, 1.0, f"plain: nothing is predicted to beat plain decoding (the best: {self._why(*best)}); "
-                                           f"next check in {self.cooldown - self.plain_streak + 1} rounds" if best
-                             else self._spent() or "plain: no lookup found anything worth verifying")
+            wait = self.cooldown - self.plain_streak + 1
+            plan = RoundPlan(None, 0, 1.0, (lambda: f"plain: nothing is predicted to beat plain decoding (the best: "
+                                                    f"{why_best()}); next check in {wait} rounds") if best
+                             else (lambda: self._spent() or "plain: no lookup found anything worth verifying"))
         self._log(plan)
         return plan
 
-    def _lookup_plan(self, lookup: tuple[float, int, int], proposals: dict, why: str) -> RoundPlan:
-        """The plan that verifies the first k tokens of a lookup's proposal."""
+    def _lookup_plan(self, lookup: tuple[float, int, int], proposals: dict, why: Callable[[], str]) -> RoundPlan:
+        """The plan that verifies the first k tokens of a lookup's proposal (`why`: the others' side)."""
         speedup, index, keep = lookup
-        match = proposals[index].match_length
-        return RoundPlan(index, keep, speedup, f"{self.names[index]} found the last {match} tokens earlier in the text: "
-                                               f"verifying {keep} of the {len(proposals[index])} tokens that followed "
-                                               f"them, predicted {speedup:.2f}× plain decoding ({why})")
+        match, proposed = proposals[index].match_length, len(proposals[index])
+        return RoundPlan(index, keep, speedup, lambda: f"{self.names[index]} found the last {match} tokens earlier in "
+                                                       f"the text: verifying {keep} of the {proposed} tokens that "
+                                                       f"followed them, predicted {speedup:.2f}× plain decoding ({why()})")
 
     def _ask(self, index: int, gamma: int) -> int:
         """A drafter that stops drafting by itself (`keep_drafting`) is asked for max γ."""
@@ -448,9 +471,9 @@ class AdaptivePolicy:
         seconds = self.costs.batch_pass(rows, rows + self.verified[index](drafted)) + draft
         return seconds / self.costs.batch_pass(rows, rows) - (accepted + rows) / rows
 
-    def _asking(self, index: int) -> float:
-        """What asking lookup `index` for its proposal cost, in one-token passes of the batch."""
-        return self.costs.draft_seconds(self.names[index], max(self.gammas)) / self.costs.batch_pass(self.rows, self.rows)
+    def _asking(self, index: int, plain: float) -> float:
+        """What asking lookup `index` for its proposal cost, in one-token passes of the batch (`plain`: T(B, B))."""
+        return self.costs.draft_seconds(self.names[index], max(self.gammas)) / plain
 
     def _spent(self) -> str:
         """Why a plain round where some drafters' allowances are spent: "" when none is."""

@@ -203,6 +203,8 @@ class Row:
             for index in self.policy.asks_first:
                 proposals[index] = self._propose(self.drafters[index], min(self.config.max_gamma, room))
         plan = self.policy.choose(rows, proposals) if self.policy else PLAIN_ROUND
+        if self.config.trace:
+            plan = plan.settled()  # its reason, in words now: observing the round changes what it quotes
         drafter = self.drafters[plan.drafter] if plan.drafter is not None else None
         budget = min(plan.gamma, room)
         self.caught_up = 0  # committed tokens the drafter read first (what the rounds it sat out left it)

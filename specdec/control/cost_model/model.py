@@ -53,9 +53,16 @@ class Calibration:
             total[1] = total[1] * CALIBRATION_MEMORY + 1
 
     def ratio(self, tokens: int) -> float:
+        return self.ratios(range(tokens, tokens + 1))[0]
+
+    def ratios(self, sizes: range) -> list[float]:
+        """ratio(k) for each k of `sizes`, the overall ratio computed once."""
         overall = (self.overall[0] + CALIBRATION_PRIOR) / (self.overall[1] + CALIBRATION_PRIOR)
-        ratio_sum, count = self.per_size.get(tokens, (0.0, 0.0))
-        return (ratio_sum + CALIBRATION_PRIOR * overall) / (count + CALIBRATION_PRIOR)
+        out = []
+        for size in sizes:
+            ratio_sum, count = self.per_size.get(size, (0.0, 0.0))
+            out.append((ratio_sum + CALIBRATION_PRIOR * overall) / (count + CALIBRATION_PRIOR))
+        return out
 
     @property
     def observations(self) -> float:
@@ -140,18 +147,30 @@ class CostModel:
         seconds = self.batch_pass(rows, rows + verified) + self.draft_seconds(drafter, gamma)
         return (expected_tokens + rows - 1) / rows * self.batch_pass(rows, rows) / seconds
 
+    def pass_prices(self, rows: int, largest: int) -> list[float]:
+        """[T(B, B + n) for n = 0 .. largest]: a round's prices of passes, worked out once for all of
+        its candidates (`predicted_speedups(passes=)`)."""
+        ratios = self.calibration.ratios(range(rows, rows + largest + 1))
+        overhead = self.row_overhead(rows)
+        return [self.measured_pass(rows + n) * ratio + overhead for n, ratio in enumerate(ratios)]
+
+    def draft_prices(self, drafter: str, largest: int) -> list[float]:
+        """[D(γ) for γ = 1 .. largest], as `draft_seconds` gives each."""
+        cost, calibration = self.draft_costs[drafter], self.draft_calibration.get(drafter)
+        ratios = calibration.ratios(range(1, largest + 1)) if calibration else [1.0] * largest
+        return [cost.seconds(gamma) * ratio for gamma, ratio in enumerate(ratios, 1)]
+
     def predicted_speedups(self, drafter: str, expected_tokens: list[float], verified: list[int] | None = None,
-                           rows: int = 1) -> list[float]:
+                           rows: int = 1, passes: list[float] | None = None) -> list[float]:
         """`predicted_speedup` for γ = 1 .. len(expected_tokens) at once (`expected_tokens[γ − 1]` and
-        `verified[γ − 1]` for each; default: chains), pricing the plain pass once: the policy asks this
-        every round, for every drafter."""
-        plain = self.batch_pass(rows, rows)
-        out = []
-        for gamma, expected in enumerate(expected_tokens, 1):
-            seconds = (self.batch_pass(rows, rows + (gamma if verified is None else verified[gamma - 1]))
-                       + self.draft_seconds(drafter, gamma))
-            out.append((expected + rows - 1) / rows * plain / seconds)
-        return out
+        `verified[γ − 1]` for each; default: chains): the policy asks this every round, for every
+        drafter, so the round's `pass_prices` (for these rows, covering the largest pass) can be passed in."""
+        gammas = len(expected_tokens)
+        counts = list(range(1, gammas + 1)) if verified is None else verified[:gammas]
+        passes = passes if passes is not None else self.pass_prices(rows, max(counts, default=0))
+        plain = passes[0]
+        return [(expected + rows - 1) / rows * plain / (passes[count] + draft)
+                for expected, count, draft in zip(expected_tokens, counts, self.draft_prices(drafter, gammas))]
 
     def to_json(self) -> dict:
         return {
