@@ -21,6 +21,18 @@ def costs_dir(tmp_path, monkeypatch):
     return tmp_path
 
 
+def drafters_measured(monkeypatch, describe) -> list:
+    """From now on, `describe(drafter)` of every drafter whose draft cost is measured, in order."""
+    measured, real = [], measure.measure_draft_cost
+
+    def counting(model, drafter, *args, **kwargs):
+        measured.append(describe(drafter))
+        return real(model, drafter, *args, **kwargs)
+
+    monkeypatch.setattr(measure, "measure_draft_cost", counting)
+    return measured
+
+
 def test_measured_once_then_read_from_the_cache(tiny_target, costs_dir, monkeypatch):
     lookup, early = PromptLookupDrafter(), EarlyExitDrafter(tiny_target, 1)
     first = load_or_measure(tiny_target, [lookup], max_gamma=4, repeats=2)
@@ -36,14 +48,7 @@ def test_measured_once_then_read_from_the_cache(tiny_target, costs_dir, monkeypa
     assert again.pass_seconds == first.pass_seconds
     # a new drafter is measured (it alone) and added; the pass costs and the lookup's draft cost stay as
     # cached (counted, not compared: which of two 2-repeat timings is larger is for the benchmarks)
-    measured_drafters = []
-    measure_draft_cost = measure.measure_draft_cost
-
-    def counted(model, drafter, *args, **kwargs):
-        measured_drafters.append(drafter.name)
-        return measure_draft_cost(model, drafter, *args, **kwargs)
-
-    monkeypatch.setattr(measure, "measure_draft_cost", counted)
+    measured_drafters = drafters_measured(monkeypatch, lambda drafter: drafter.name)
     with_early = load_or_measure(tiny_target, [lookup, early], max_gamma=4, repeats=2)
     assert measured_drafters == ["early:1"] and set(with_early.draft_costs) == {"ngram", "early:1"}
     assert with_early.draft_costs["ngram"] == first.draft_costs["ngram"]
@@ -65,14 +70,7 @@ def test_a_changed_head_gets_its_own_measured_draft_cost(tiny_target, costs_dir,
     """Draft costs are kept with the weights they were measured with: the same name with other weights is
     measured again (issue 30: a new head was priced as the old one); the same weights are read back.
     Negative control: a drafter without weights (digest None) is never re-measured."""
-    measured = []
-    real = measure.measure_draft_cost
-
-    def counting(model, drafter, *args, **kwargs):
-        measured.append((drafter.name, drafter.weights_digest()))
-        return real(model, drafter, *args, **kwargs)
-
-    monkeypatch.setattr(measure, "measure_draft_cost", counting)
+    measured = drafters_measured(monkeypatch, lambda drafter: (drafter.name, drafter.weights_digest()))
     load_or_measure(tiny_target, [HeadLike("aaa"), PromptLookupDrafter()], max_gamma=2, repeats=1)
     assert measured == [("eagle3", "aaa"), ("ngram", None)]
     load_or_measure(tiny_target, [HeadLike("aaa"), PromptLookupDrafter()], max_gamma=2, repeats=1)
@@ -94,14 +92,7 @@ def test_a_model_drafters_catch_up_is_measured_and_a_cost_cached_without_one_mea
     path = costs_dir / f"{first.key}.json"
     cached = json.loads(path.read_text())["draft_costs"]
     assert cached["ngram"]["per_catch_up"] == 0.0 and cached[drafters[1].name]["per_catch_up"] >= 0.0
-    measured = []
-    real = measure.measure_draft_cost
-
-    def counting(model, drafter, *args, **kwargs):
-        measured.append(drafter.name)
-        return real(model, drafter, *args, **kwargs)
-
-    monkeypatch.setattr(measure, "measure_draft_cost", counting)
+    measured = drafters_measured(monkeypatch, lambda drafter: drafter.name)
     monkeypatch.setattr(measure, "measure_pass_costs", lambda *a, **k: pytest.fail("pass costs measured again"))
     load_or_measure(tiny_target, drafters, max_gamma=2, repeats=1)
     assert measured == []  # the control

@@ -161,15 +161,7 @@ def print_tables(summary: dict, console) -> None:
         mode = "greedy" if temperature == "0" else f"T = {temperature}"
         table = figures_table(f"{plural(result['prompts'], 'prompt')}, {mode}", "method", list(columns))
         for name, m in methods.items():
-            cells = [name, f"{m['tokens_per_second']['median']:.2f}"]
-            if has_ttft:
-                ttft = m.get("time_to_first_token_seconds")
-                cells.append(f"{ttft['median']:.3f}" if ttft else "–")
-            if has_hf:
-                cells.append(_fmt(m.get("speedup_vs_hf_generate")))
-            if has_llama:
-                cells.append(_fmt(m.get("speedup_vs_llama_cpp")))
-            cells += [_fmt(m[key]), predicted_cell(m), _fmt(m.get("mean_accepted_tokens")), _fmt(m.get("acceptance_rate"))]
+            cells = [name, *method_cells(m, key, has_ttft, has_hf, has_llama, spread=False)]
             if temperature == "0":
                 cells.append(f"{m['identical']}/{result['prompts']}")
             table.add_row(*cells)
@@ -178,6 +170,25 @@ def print_tables(summary: dict, console) -> None:
         console.print("[dim]" + "; ".join(f"{heading}: {meaning}" for heading, meaning in legend.items())
                       + ". Speed-ups are means of per-prompt ratios of tokens per second; report.md has more.[/dim]",
                       highlight=False, soft_wrap=False)
+
+
+def method_cells(m: dict, key: str, has_ttft: bool, has_hf: bool, has_llama: bool, spread: bool) -> list[str]:
+    """A method's cells from tokens/s to α, in the terminal's table and the report's (`spread`: the
+    medians with their quartiles)."""
+    def timing(figures: dict | None, digits: int) -> str:
+        if not figures:
+            return "–"
+        median = f"{figures['median']:.{digits}f}"
+        return f"{median} [{figures['p25']:.{digits}f}, {figures['p75']:.{digits}f}]" if spread else median
+
+    cells = [timing(m["tokens_per_second"], 2)]
+    if has_ttft:
+        cells.append(timing(m.get("time_to_first_token_seconds"), 3))
+    if has_hf:
+        cells.append(_fmt(m.get("speedup_vs_hf_generate")))
+    if has_llama:
+        cells.append(_fmt(m.get("speedup_vs_llama_cpp")))
+    return cells + [_fmt(m[key]), predicted_cell(m), _fmt(m.get("mean_accepted_tokens")), _fmt(m.get("acceptance_rate"))]
 
 
 def markdown(summary: dict, header: dict, targets: bool = False) -> str:
@@ -198,18 +209,8 @@ def markdown(summary: dict, header: dict, targets: bool = False) -> str:
                ([f"identical to {identity_heading(methods)}"] if temperature == "0" else [])
         lines += ["| " + " | ".join(cols) + " |", "| --- " + "| ---: " * (len(cols) - 1) + "|"]
         for name, m in methods.items():
-            tps = m["tokens_per_second"]
-            cells = [name, f"{tps['median']:.2f} [{tps['p25']:.2f}, {tps['p75']:.2f}]"]
-            if has_ttft:
-                ttft = m.get("time_to_first_token_seconds")
-                cells.append(f"{ttft['median']:.3f} [{ttft['p25']:.3f}, {ttft['p75']:.3f}]" if ttft else "–")
-            if has_hf:
-                cells.append(_fmt(m.get("speedup_vs_hf_generate")))
-            if has_llama:
-                cells.append(_fmt(m.get("speedup_vs_llama_cpp")))
-            cells += [_fmt(m[key]), predicted_cell(m), _fmt(m.get("mean_accepted_tokens")),
-                      _fmt(m.get("acceptance_rate")),
-                      f"{m['draft_share']:.2f} / {m['verify_share']:.2f}" if "draft_share" in m else "–",
+            cells = [name, *method_cells(m, key, has_ttft, has_hf, has_llama, spread=True),
+                     f"{m['draft_share']:.2f} / {m['verify_share']:.2f}" if "draft_share" in m else "–",
                       _fmt(m.get("peak_memory_mb"), ".0f", " MB")]
             if temperature == "0":
                 cells.append(f"{m['identical']}/{result['prompts']}")

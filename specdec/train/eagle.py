@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from specdec.control.theory import expected_tokens_by_position
 from specdec.heads.eagle import EagleConfig, EagleHead
 from specdec.heads.files import save_head
 from specdec.train.loop import (
@@ -100,16 +101,7 @@ def validate(objective: EagleObjective, val_batches: list[Batch]) -> dict:
         accepted = a if accepted is None else [x + y for x, y in zip(accepted, a)]
     alphas = [a / r if r else 0.0 for a, r in zip(accepted, reached)]
     return {"loss": round(sum(losses) / max(1, len(losses)), 4), "alpha_per_depth": [round(a, 4) for a in alphas],
-            "chain_mat": round(chain_mat(alphas), 3)}
-
-
-def chain_mat(alphas: list[float]) -> float:
-    """Mean tokens a round commits when the drafts at depth d pass with conditional rate alphas[d]."""
-    survive, mat = 1.0, 1.0
-    for alpha in alphas:
-        survive *= alpha
-        mat += survive
-    return mat
+            "chain_mat": round(expected_tokens_by_position(alphas), 3)}
 
 
 def train_eagle(target, data_dir: Path, out_dir: Path, *, draft_vocab: int = 8192, depth: int = 3, epochs: int = 4,

@@ -20,11 +20,12 @@ from pathlib import Path
 
 import torch
 
+from specdec.control.theory import expected_tokens_by_position
 from specdec.errors import SpecdecError
 from specdec.heads.eagle3 import Eagle3Config, Eagle3Head
 from specdec.heads.files import load_head, save_head
 from specdec.train.distill import META, data_meta
-from specdec.train.eagle import chain_acceptance, chain_mat
+from specdec.train.eagle import chain_acceptance
 from specdec.train.loop import (
     DEFAULT_DRAFT_VOCAB,
     Batch,
@@ -104,7 +105,7 @@ def validate(objective: Eagle3Objective, val_batches: list[Batch]) -> dict:
         positions = n if positions is None else [x + y for x, y in zip(positions, n)]
     alphas = [a / r if r else 0.0 for a, r in zip(accepted, reached)]
     return {"loss": round(sum(losses) / max(1, len(losses)), 4), "alpha_per_depth": [round(a, 4) for a in alphas],
-            "chain_mat": round(chain_mat(alphas), 3),
+            "chain_mat": round(expected_tokens_by_position(alphas), 3),
             "alpha_t1_per_depth": [round(o / n, 4) if n else 0.0 for o, n in zip(overlap, positions)]}
 
 

@@ -15,9 +15,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from specdec.control.theory import expected_tokens_by_position
 from specdec.heads.files import save_head
 from specdec.heads.medusa import MedusaConfig, MedusaHeads
-from specdec.train.eagle import IGNORE, chain_mat
+from specdec.train.eagle import IGNORE
 from specdec.train.loop import (
     Batch,
     data_info,
@@ -73,7 +74,7 @@ def validate(objective: MedusaObjective, val_batches: list[Batch]) -> dict:
             accepted[k] += int(alive.sum())
     alphas = [a / r if r else 0.0 for a, r in zip(accepted, reached)]
     return {"top1_per_head": [round(r / s, 4) if s else 0.0 for r, s in zip(right, seen)],
-            "alpha_per_depth": [round(a, 4) for a in alphas], "chain_mat": round(chain_mat(alphas), 3)}
+            "alpha_per_depth": [round(a, 4) for a in alphas], "chain_mat": round(expected_tokens_by_position(alphas), 3)}
 
 
 def train_medusa(target, data_dir: Path, out_dir: Path, *, num_heads: int = 4, draft_vocab: int = 8192, epochs: int = 4,
