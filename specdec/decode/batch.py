@@ -213,7 +213,7 @@ class Row:
         elif drafter and budget > 0:
             early = self.policy.keep_drafting(plan, rows) if drafter.stops_early else None
             self.caught_up = drafter.catch_up_tokens(self.tokens)
-            draft = self._propose(drafter, budget, early)
+            draft = self._propose(drafter, budget, early, behind=self.caught_up)
         else:
             draft = Draft([])
         self.plan, self.drafter, self.draft = plan, drafter, draft
@@ -371,10 +371,12 @@ class Row:
         record.draft_seconds, record.verify_seconds = draft_seconds, verify_seconds
         return record
 
-    def _propose(self, drafter: Drafter, budget: int, keep_drafting=None) -> Draft:
-        """The drafter's proposal of up to `budget` tokens, checked, its time given to the cost model."""
+    def _propose(self, drafter: Drafter, budget: int, keep_drafting=None, behind: int | None = None) -> Draft:
+        """The drafter's proposal of up to `budget` tokens, checked, its time given to the cost model
+        (`behind`: its `catch_up_tokens`, when the caller has them already)."""
         committed_len = self.cache.length
-        behind = drafter.catch_up_tokens(self.tokens)
+        if behind is None:
+            behind = drafter.catch_up_tokens(self.tokens)
         proposing = time.perf_counter()
         draft = drafter.propose(self.tokens, budget, self.params, self.generator,
                                 **({"keep_drafting": keep_drafting} if keep_drafting else {}))
