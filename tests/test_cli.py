@@ -104,7 +104,7 @@ def test_generate_compare_reports_identical_greedy_output(capsys, tiny_folder):
 def test_generate_auto_reports_the_policy_and_predicted_vs_measured(capsys, tiny_folder):
     # γ fixed: the policy still picks the drafter each round, but always drafts (on a tiny model, whose
     # passes cost about as much as the Python around them, γ = auto may rightly decide not to)
-    result, err = generate_compare(capsys, tiny_folder, "auto", 40, "--gamma", "3")
+    result, err = generate_compare(capsys, tiny_folder, "auto:ngram,suffix", 40, "--gamma", "3")
     assert result["identical"] is True and result["breakdown"]
     assert result["speculative"]["drafter"] == "auto(ngram,suffix)"
     assert result["speculative"]["decisions"][0]["reason"].startswith(("best predicted", "probe", "below 1×", "plain:"))
@@ -115,7 +115,7 @@ def test_generate_auto_reports_the_policy_and_predicted_vs_measured(capsys, tiny
 
 def test_costs_command_measures_then_reads_the_cache(capsys, tiny_folder, tmp_path, monkeypatch):
     monkeypatch.setenv("SPECDEC_COSTS_DIR", str(tmp_path))
-    costs = ("costs", "--model", str(tiny_folder), "--drafter", "auto", "--max-gamma", "4")
+    costs = ("costs", "--model", str(tiny_folder), "--drafter", "auto:ngram,suffix", "--max-gamma", "4")
     first, err = run_json(capsys, *costs)
     assert sorted(first["pass_seconds"], key=int) == ["1", "2", "3", "4", "5"]
     assert set(first["draft_costs"]) == {"ngram", "suffix"}

@@ -214,7 +214,7 @@ def test_breakdown_arithmetic_on_hand_made_stats():
 
 def test_auto_drafter_specs(tiny_target):
     pool = build_drafters("auto", tiny_target)
-    assert [d.name for d in pool] == ["ngram", "suffix"]  # the tiny model has 2 layers: no early exit
+    assert [d.name for d in pool] == ["suffix"]  # the tiny model has 2 layers: no early exit; no head shipped
     assert [d.name for d in build_drafters("auto:ngram:3, early:1", tiny_target)] == ["ngram:2-3", "early:1"]
     for bad in ("auto:ngram,none", "auto:ngram,", "auto:auto"):
         with pytest.raises(ConfigError, match="auto"):

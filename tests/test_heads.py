@@ -380,3 +380,45 @@ def test_a_stopped_eagle3_training_resumes_to_the_same_weights(tiny_target, tiny
     a = load_file(str(tmp_path / "straight" / "head.safetensors"))
     b = load_file(str(tmp_path / "stopped" / "head.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("tree", [False, True])
+def test_an_eagle3_drafter_that_sat_out_rounds_drafts_as_if_fed_every_round(tiny_target, tree):
+    """A proposal after rounds the drafter sat out first feeds every committed pair it had not read, in
+    one feed that computes draft logits for its last pair only (a probe after a long rest reads
+    hundreds). It proposes what the same drafter proposing every round proposes: a chain the same
+    tokens and q (sampled, T = 1), a tree the same nodes. The control: the same catch-up with the
+    feature of the last unread pair (whose prediction the draft starts from) changed proposes a
+    different q."""
+    from random_heads import small_eagle3_head
+
+    from specdec.drafters.eagle import EagleDrafter
+    from specdec.sampling import SamplingParams
+
+    drafter = EagleDrafter(tiny_target, small_eagle3_head(tiny_target), tree_budget=8 if tree else 0, top_k=2)
+    rng = torch.Generator().manual_seed(3)
+    tokens = torch.randint(2, tiny_target.vocab_size, (30,), generator=rng).tolist()
+    features = torch.randn(len(tokens), drafter.feature_size, generator=rng) * 3  # [30, feature_size]
+    params = SamplingParams(temperature=1.0)
+    prompt = 6
+
+    def last_proposal(every_round: bool, changed: int | None = None):
+        request = drafter.for_request()
+        request.begin(tokens[:prompt], 64)
+        request.accept_features(features[:prompt - 1])
+        for length in range(prompt, len(tokens)):
+            if every_round:
+                request.propose(tokens[:length], 3, params, torch.Generator().manual_seed(length))
+            row = features[length - 1:length].clone()
+            if length - 1 == changed:
+                row += 1.0
+            request.accept_features(row)
+        assert request.catch_up_tokens(tokens) == (0 if every_round else len(tokens) - 2)  # all but the last pair
+        return request.propose(tokens, 3, params, torch.Generator().manual_seed(99))
+
+    fed, caught_up = last_proposal(True), last_proposal(False)
+    assert caught_up.tokens == fed.tokens and caught_up.parents == fed.parents
+    if not tree:
+        assert torch.allclose(caught_up.q, fed.q, atol=1e-5)
+        changed = last_proposal(False, changed=len(tokens) - 2)
+        assert not torch.allclose(changed.q, fed.q, atol=1e-3)  # the control

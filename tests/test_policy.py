@@ -413,8 +413,8 @@ def losing_requests(requests: int, rounds: int, prior: float, seed: int = 0) -> 
 @pytest.mark.parametrize("prior", [0.6, 0.9])
 def test_what_speculation_loses_stays_within_its_allowance(prior, monkeypatch):
     """Nothing ever pays: over 10 requests of 200 rounds the policy's probes and retries lose at most
-    each drafter's LOSS_START + LOSS_SHARE · rounds + each drafter's worst round (2 · 2 + 20 + 2.4 + 4.8
-    one-token passes: about 1% of plain decoding's time, plus those constants). Deterministic (seeded); the control, the same
+    each drafter's LOSS_START + LOSS_SHARE · rounds + each drafter's worst round (2 · 2 + 10 + 2.4 + 4.8
+    one-token passes: about 0.5% of plain decoding's time, plus those constants). Deterministic (seeded); the control, the same
     policy with its allowance switched off (an allowance that never runs out), loses more than the
     bound when its prior is hopeful (0.9): the cooldowns alone do not cap the loss."""
     lost, rounds, worst = losing_requests(10, 200, prior)
@@ -444,8 +444,9 @@ def test_a_drafter_that_lost_its_allowance_does_not_stop_one_that_pays():
         policy.observe(plan, plan.gamma, accepted, match if name == "lookup" else 0)
     assert any(name == "model" for name, _ in chosen[:50])  # the control
     # after it spent its start, the model drafter is only probed as its share refills: 300 rounds at
-    # 0.01 / 2 of a pass pay for at most 1.5 passes, and a probe loses at least 0.6 (γ = 1)
-    assert policy.bank[1] < LOSS_START and [name for name, _ in chosen[300:]].count("model") <= 1.5 / 0.6 + 1
+    # LOSS_SHARE / 2 of a pass pay for at most 300 · LOSS_SHARE / 2 passes, and a probe loses at least 0.6 (γ = 1)
+    assert policy.bank[1] < LOSS_START
+    assert [name for name, _ in chosen[300:]].count("model") <= 300 * LOSS_SHARE / 2 / 0.6 + 1
     late_matches = [name for name, match in chosen[300:] if match == 6]
     assert late_matches.count("lookup") == len(late_matches) == 100
 
@@ -453,8 +454,9 @@ def test_a_drafter_that_lost_its_allowance_does_not_stop_one_that_pays():
 def test_asking_stops_while_the_allowance_is_spent(monkeypatch):
     """A lookup that costs just under the 2% of a pass that makes it free to ask, whose proposals are
     never worth verifying: asked while the allowance lasts, not once it is spent, asked again as it
-    refills (1% a round). Over 1,000 rounds: the starting 2 passes pay for some 100 asks, then one ask
-    every other round, so about 550 (deterministic); without the allowance it would be asked in all
+    refills (LOSS_SHARE a round). Over 1,000 rounds: the starting 2 passes pay for some 100 asks, then
+    one ask each time the refills add up to one ask's cost (0.0199 of a pass: about 325 asks in all at
+    0.5% a round; deterministic, checked within ±15%); without the allowance it would be asked in all
     1,000 (the control)."""
     def asks(share: float) -> int:
         cost_model = CostModel({k: 1 + 0.7 * (k - 1) for k in range(1, 10)}, {"lookup": DraftCost(0.0, 0.0199 / 8)})
@@ -469,7 +471,9 @@ def test_asking_stops_while_the_allowance_is_spent(monkeypatch):
             policy.observe(plan, plan.gamma, 0, 0)
         return asked
 
-    assert 450 <= asks(LOSS_SHARE) <= 650
+    ask = 0.0199
+    expected = LOSS_START / ask + (1000 - LOSS_START / ask) * min(1.0, LOSS_SHARE / ask)
+    assert 0.85 * expected <= asks(LOSS_SHARE) <= 1.15 * expected, expected
     assert asks(1e9) == 1000
 
 

@@ -45,7 +45,7 @@ def one_line(text: str) -> str:
 
 def generate(capsys, folder, *extra: str) -> tuple[dict, str]:
     """`specdec generate ... --json`: (the JSON line, everything else printed: the text and the tables)."""
-    code = main(["generate", PROMPT, "--model", str(folder), "--raw", "--drafter", "auto", "--gamma", "3",
+    code = main(["generate", PROMPT, "--model", str(folder), "--raw", "--drafter", "auto:ngram,suffix", "--gamma", "3",
                  "--max-new-tokens", "40", "--json", *extra])
     out, err = capsys.readouterr()
     assert code == 0, err

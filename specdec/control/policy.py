@@ -27,7 +27,7 @@ cool-down that doubles while probes keep losing (8, 16, ... 128 rounds) and rese
 A drafter that even the prior predicts to lose (a costly one) is first probed after 8 plain rounds.
 
 What speculation may lose is capped, whatever the estimates say. Each of the D drafters has an
-allowance (`bank`, in one-token passes) that every round adds LOSS_SHARE / D to (1% of a pass a
+allowance (`bank`, in one-token passes) that every round adds LOSS_SHARE / D to (0.5% of a pass a
 round in all), that each of its speculative rounds adds what it gained to or takes what it lost from
 against plain decoding, as the cost model prices them (its pass and draft, (T(B, B + n) + D) / T(B, B),
 against the (accepted + B) / B passes' worth of tokens it committed; a model drafter's D includes
@@ -35,9 +35,11 @@ reading the committed tokens it had not read, which after a long rest is most of
 that asking it (a lookup) takes what its proposal cost from; gains bank at most LOSS_BANK (6) passes, and it starts at
 LOSS_START (2). A drafter whose allowance is below zero is neither asked nor chosen, probes and
 retries included; the others go on, so a model drafter that lost does not stop a lookup that pays.
-So over any n rounds speculation loses at most 0.01·n one-token passes, plus what the allowances held
+So over any n rounds speculation loses at most 0.005·n one-token passes, plus what the allowances held
 when they began (at most D · LOSS_BANK), plus each drafter's one worst round (the one that took its
-allowance below zero): at most 1% of plain decoding's time beyond those constants. The allowances
+allowance below zero): at most 0.5% of plain decoding's time beyond those constants. (It was 1%; with
+the planning's own cost, ~1% of a 6 ms round of the 135M model, that left `auto` up to 2-3% behind
+the best single lookup where no model drafter pays.) The allowances
 carry on to the next request with the same settings and temperature (`continue_from`), so short
 requests do not each start with fresh ones; where a drafter has not paid for a while, its probes wait
 for its allowance, which makes them rarer the more they lose.
@@ -99,7 +101,7 @@ CARRY = 0.5  # share of its evidence a request's policy passes on to the next re
 DECISION_LOG_LIMIT = 200
 CONFIDENCE_EDGES = (0.2, 0.4, 0.6, 0.8, 0.9)  # buckets of a drafter's confidence in a token: [0, 0.2), ... [0.9, 1]
 LONG_MEMORY = 0.995  # the long-run estimate's forgetting per observation (some 200 observations kept)
-LOSS_SHARE = 0.01  # speculation may lose this share of a one-token pass per round (its allowance)...
+LOSS_SHARE = 0.005  # speculation may lose this share of a one-token pass per round (its allowance)...
 LOSS_BANK = 6.0  # ...plus what gains banked, at most this many one-token passes...
 LOSS_START = 2.0  # ...starting from this many (so that the first rounds' luck does not stop it at once)
 
@@ -482,7 +484,7 @@ class AdaptivePolicy:
             return ""
         share = LOSS_SHARE / len(self.names)
         waits = ", ".join(f"{self.names[i]} in {-self.bank[i] / share:.0f}" for i in spent)
-        return (f"plain: speculation lost more than its allowance ({LOSS_SHARE:.0%} of a pass a round, shared "
+        return (f"plain: speculation lost more than its allowance ({LOSS_SHARE:.1%} of a pass a round, shared "
                 f"by the drafters) with {', '.join(self.names[i] for i in spent)}; rounds until each may draft again: {waits}")
 
     def _log(self, plan: RoundPlan) -> None:

@@ -39,9 +39,12 @@ SHIPPED_HEADS = Path(__file__).resolve().parent.parent / "heads" / "shipped"  # 
 
 
 def auto_drafter_specs(target: LanguageModel) -> list[str]:
-    """The drafters `auto` chooses among when none are named: those that need no extra weights, and
-    on the lean runtime early exit and the EAGLE-3 head shipped for the target, if there is one."""
-    specs = ["ngram", "suffix"]
+    """The drafters `auto` chooses among when none are named: suffix lookup, and on the lean runtime
+    early exit and the EAGLE-3 head shipped for the target, if there is one. Not ngram: suffix finds
+    every match it does (the longest, over the request and earlier answers), and a lookup asked every
+    round costs time every round (on the dev prompts, greedy, auto committed as many tokens per pass
+    without it)."""
+    specs = ["suffix"]
     config = getattr(target.net, "config", None)
     if config is not None and config.num_layers >= 4:  # the lean runtime: early exit is available
         specs.append(f"early:{config.num_layers // 4}")

@@ -121,7 +121,9 @@ class EagleDrafter(Drafter):
         next positions (a chain) or at `positions` seeing the committed pairs and per `tree_mask`
         [n, slots drafted so far + n] the drafted ones. `features` are the target's ([n, feature_size])
         or the head's own predictions ([n, hidden]). Returns the predicted features [n, hidden]
-        and the draft logits over the draft vocabulary [n, Vd] (`vocab_ids` maps them to target ids)."""
+        and the draft logits over the draft vocabulary (`vocab_ids` maps them to target ids): [n, Vd]
+        for tree nodes, [1, Vd] for a chain's feed, whose last pair alone is drafted from (a probe
+        after a long rest feeds hundreds of pairs; their logits over Vd would cost more than the layer)."""
         device = self.net.device
         past, n = self.cache.length, len(ids)
         self.cache.reserve(n)
@@ -139,7 +141,7 @@ class EagleDrafter(Drafter):
         embeds = self.net.embed(torch.tensor([ids], device=device))  # [1, n, hidden]
         predicted = self.head(features[None], embeds, position_ids, self.cache, mask, causal)[0]  # [n, hidden]
         self.cache.advance(n)
-        return predicted, self.draft_logits(predicted)
+        return predicted, self.draft_logits(predicted if positions is not None else predicted[-1:])
 
     def _feed_chain_fused(self, features: torch.Tensor, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """`_feed` of a chain for a quantized EAGLE-3 head: its layer in one kernel call (`eagle3_layer`,
@@ -153,7 +155,7 @@ class EagleDrafter(Drafter):
                                               sin[past:past + n], self.cache.keys, self.cache.values, past,
                                               c.rms_norm_eps, c.num_heads, c.num_kv_heads)  # [n, hidden]
         self.cache.advance(n)
-        return predicted, self.draft_logits(predicted)
+        return predicted, self.draft_logits(predicted[-1:])  # [1, Vd]: a chain drafts from its last pair
 
     def verified_tokens(self, gamma: int) -> int:
         """Draft tokens a proposal of depth γ puts in the verification pass (the policy prices it)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: drafters re-measured once a chain's catch-up computed one row of draft logits
 
 
 @dataclass
