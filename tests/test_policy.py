@@ -477,6 +477,39 @@ def test_asking_stops_while_the_allowance_is_spent(monkeypatch):
     assert asks(1e9) == 1000
 
 
+
+def lookup_asks(planning_seconds: float, pays: bool, rounds: int = 1000) -> int:
+    """Rounds in which a lookup priced at 0.0001 of a pass an ask was asked, when each round's asks
+    and choice took `planning_seconds` (T(1) = 1 s) and its proposals either never pay (a match of 0,
+    nothing worth verifying: each verified token costs 0.7 of a pass) or pay (a match of 6 every
+    third round, all 8 tokens accepted, on passes whose tokens cost 0.02 each)."""
+    growth = 0.02 if pays else 0.7
+    cost_model = CostModel({k: 1 + growth * (k - 1) for k in range(1, 10)}, {"lookup": DraftCost(0.0, 0.0001 / 8)})
+    cost_model.calibrate = False
+    policy = AdaptivePolicy(cost_model, ["lookup"], max_gamma=8, looks_up=[True])
+    asked = 0
+    for round_ in range(rounds):
+        match = 6 if pays and round_ % 3 == 0 else 0
+        proposals = {i: Draft([0] * 8, match_length=match) for i in policy.asks_first}
+        asked += bool(proposals)
+        plan = policy.choose(proposals=proposals)
+        accepted = plan.gamma if plan.drafter is not None and match == 6 else 0
+        policy.observe(plan, plan.gamma, accepted, match, planning_seconds=planning_seconds if proposals else 0.0)
+    return asked
+
+
+def test_a_lookup_pays_for_the_planning_its_asks_cost():
+    """Asking a lookup makes the round plan: the asks and the choice took 0.05 of a pass here, where
+    the cost model prices the ask at 0.0001. Charged what the round's planning took, a lookup that
+    never pays is asked while its allowance lasts and then as it refills: at most
+    (LOSS_START + 1,000 · LOSS_SHARE) / 0.05 + 1 of 1,000 rounds (about 140); one that pays is still
+    asked every round. The control: told nothing of the planning, the one that never pays is asked in
+    every round (each ask priced at 0.0001 of a pass)."""
+    bound = (LOSS_START + 1000 * LOSS_SHARE) / 0.05 + 1
+    assert lookup_asks(0.05, pays=False) <= bound
+    assert lookup_asks(0.05, pays=True) == 1000
+    assert lookup_asks(0.0, pays=False) == 1000  # the control
+
 def resting_drafter_losses(rounds: int, told: bool) -> tuple[float, float]:
     """One model drafter that is never accepted and that, when chosen, first reads every token
     committed since it last drafted (0.02 of a pass each, as after rounds it sat out). Returns what

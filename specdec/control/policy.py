@@ -32,7 +32,11 @@ round in all), that each of its speculative rounds adds what it gained to or tak
 against plain decoding, as the cost model prices them (its pass and draft, (T(B, B + n) + D) / T(B, B),
 against the (accepted + B) / B passes' worth of tokens it committed; a model drafter's D includes
 reading the committed tokens it had not read, which after a long rest is most of a probe's cost), and
-that asking it (a lookup) takes what its proposal cost from; gains bank at most LOSS_BANK (6) passes, and it starts at
+that asking it (a lookup) takes what its proposal cost from: as priced when asked, then, once the
+round is observed, what the round's planning took beyond that (`observe(planning_seconds=)`: the
+asks and the choice, timed by the row; on the 135M model some 0.1 ms, 2% of its round, where the
+tight-loop price of a suffix lookup is 0.01 ms), since a round that asked nothing would have planned
+nothing; gains bank at most LOSS_BANK (6) passes, and it starts at
 LOSS_START (2). A drafter whose allowance is below zero is neither asked nor chosen, probes and
 retries included; the others go on, so a model drafter that lost does not stop a lookup that pays.
 So over any n rounds speculation loses at most 0.005·n one-token passes, plus what the allowances held
@@ -252,7 +256,7 @@ class FixedPolicy:
         return None  # γ fixed by hand: every token of it is drafted
 
     def observe(self, plan: RoundPlan, drafted: int, accepted: int, match_length: int = 0,
-                confidence: list[float] | None = None, caught_up: int = 0) -> None:
+                confidence: list[float] | None = None, caught_up: int = 0, planning_seconds: float = 0.0) -> None:
         pass
 
 
@@ -290,6 +294,7 @@ class AdaptivePolicy:
         # a round, plus what its rounds gained (at most LOSS_BANK), less what they (and asking it) lost;
         # below 0 it is neither asked nor chosen
         self.bank = [LOSS_START] * len(drafter_names)
+        self.asked: dict[int, float] = {}  # this round's lookups asked → what their asks were priced at (passes)
         self.decisions: list[dict] = []  # the choices, logged when they change
 
     def continue_from(self, earlier: AdaptivePolicy, keep: float = CARRY) -> None:
@@ -368,9 +373,16 @@ class AdaptivePolicy:
         self.rows = rows
         share = LOSS_SHARE / len(self.names)
         self.bank = [min(bank + share, LOSS_BANK) for bank in self.bank]
+        self.asked = {}
+        if not proposals and not any(self._allowed(i) for i, first in enumerate(self.looks_first) if not first):
+            self.plain_streak += 1  # nothing was asked and no other drafter may draft: nothing to weigh
+            plan = RoundPlan(None, 0, 1.0, lambda: self._spent() or "plain: no lookup found anything worth verifying")
+            self._log(plan)
+            return plan
         passes = self.costs.pass_prices(rows, self._largest_pass())  # the round's prices, for every candidate
         for index in proposals or {}:
-            self.bank[index] -= self._asking(index, passes[0])
+            self.asked[index] = self._asking(index, passes[0])
+            self.bank[index] -= self.asked[index]
         predictions = self.predictions(rows, passes)
         offers = [offer for index, draft in (proposals or {}).items() if (offer := self.offer(index, draft, rows, passes))]
         best = max(predictions, key=lambda x: (x[0], -x[2])) if predictions else None
@@ -444,10 +456,17 @@ class AdaptivePolicy:
         return self.by_match[index][key]
 
     def observe(self, plan: RoundPlan, drafted: int, accepted: int, match_length: int = 0,
-                confidence: list[float] | None = None, caught_up: int = 0) -> None:
+                confidence: list[float] | None = None, caught_up: int = 0, planning_seconds: float = 0.0) -> None:
         """A round of `plan` drafted `drafted` tokens deep and `accepted` of them were; a lookup's
         proposal followed a match of `match_length` tokens, a chain said `confidence` of each token,
-        and a model drafter first read `caught_up` committed tokens it had not read."""
+        a model drafter first read `caught_up` committed tokens it had not read, and asking the
+        lookups and choosing took `planning_seconds` (0: not timed; the model drafter's own drafting
+        excluded): what that took beyond the asks' prices is taken from the allowances of the
+        lookups asked, in equal parts."""
+        if self.asked and planning_seconds > 0:
+            beyond = planning_seconds / self.costs.batch_pass(self.rows, self.rows) - sum(self.asked.values())
+            for index in self.asked:
+                self.bank[index] -= max(0.0, beyond) / len(self.asked)
         if plan.drafter is None:
             return  # a plain round: no evidence, and nothing fades (coming back is the probes' job)
         loss = self._loss(plan.drafter, drafted, accepted, caught_up)

@@ -185,6 +185,7 @@ class Row:
         self.timed_drafters: set[str] = set()  # drafters whose proposals' times now reach the cost model
         # this round's choices (steps 1-2), read by steps 3-6
         self.plan, self.drafter, self.draft, self.draft_seconds = PLAIN_ROUND, None, Draft([]), 0.0
+        self.planning_seconds = 0.0  # of draft_seconds: asking the lookups and choosing
         self.caught_up = 0
         self.committed_len = 0  # the cache's length before this round's pass (step 3)
         self.tree: TokenTree | None = None
@@ -203,6 +204,7 @@ class Row:
             for index in self.policy.asks_first:
                 proposals[index] = self._propose(self.drafters[index], min(self.config.max_gamma, room))
         plan = self.policy.choose(rows, proposals) if self.policy else PLAIN_ROUND
+        self.planning_seconds = time.perf_counter() - t0  # the asks and the choice (the allowance charges it)
         if self.config.trace:
             plan = plan.settled()  # its reason, in words now: observing the round changes what it quotes
         drafter = self.drafters[plan.drafter] if plan.drafter is not None else None
@@ -299,7 +301,8 @@ class Row:
         # 6. record
         depth = draft.depth  # draft positions: a chain's length, a tree's depth ("drafted")
         if self.policy:
-            self.policy.observe(self.plan, depth, n, draft.match_length, draft.confidence, self.caught_up)
+            self.policy.observe(self.plan, depth, n, draft.match_length, draft.confidence, self.caught_up,
+                                self.planning_seconds)
         drafter = self.drafter
         self.stats.record_round(depth, n, verified_tokens=len(draft), drafter=drafter.name if drafter else "plain",
                                 gamma=self.plan.gamma, committed=len(pieces), draft_seconds=self.draft_seconds,
