@@ -510,6 +510,31 @@ def test_a_lookup_pays_for_the_planning_its_asks_cost():
     assert lookup_asks(0.05, pays=True) == 1000
     assert lookup_asks(0.0, pays=False) == 1000  # the control
 
+
+def model_weighings(planning_seconds: float, rounds: int = 1000) -> int:
+    """Rounds in which a model drafter that is never accepted (a draft token costs 0.3 of a pass) was
+    weighed (its speed-ups predicted), when each round's planning took `planning_seconds` (T(1) = 1 s)."""
+    cost_model = costs(0.3, model=0.3)
+    cost_model.calibrate = False
+    policy = AdaptivePolicy(cost_model, ["model"], max_gamma=8)
+    weighed = 0
+    for _ in range(rounds):
+        plan = policy.choose()
+        weighed += bool(policy.weighed)
+        policy.observe(plan, plan.gamma, 0, planning_seconds=planning_seconds if policy.weighed else 0.0)
+    return weighed
+
+
+def test_a_model_drafter_pays_for_being_weighed():
+    """Predicting a model drafter's speed-ups every round costs time too (0.05 of a pass here): charged
+    for it, a drafter that never pays is weighed at most (LOSS_START + 1,000 · LOSS_SHARE) / 0.05 + 1
+    of 1,000 rounds (its probes take from the same allowance), and the other rounds are plain at once.
+    The control: told nothing of the planning, it is weighed in every round its probes' losses leave
+    it (647, deterministic), past that bound."""
+    bound = (LOSS_START + 1000 * LOSS_SHARE) / 0.05 + 1
+    assert model_weighings(0.05) <= bound
+    assert model_weighings(0.0) > bound  # the control
+
 def resting_drafter_losses(rounds: int, told: bool) -> tuple[float, float]:
     """One model drafter that is never accepted and that, when chosen, first reads every token
     committed since it last drafted (0.02 of a pass each, as after rounds it sat out). Returns what

@@ -32,11 +32,11 @@ round in all), that each of its speculative rounds adds what it gained to or tak
 against plain decoding, as the cost model prices them (its pass and draft, (T(B, B + n) + D) / T(B, B),
 against the (accepted + B) / B passes' worth of tokens it committed; a model drafter's D includes
 reading the committed tokens it had not read, which after a long rest is most of a probe's cost), and
-that asking it (a lookup) takes what its proposal cost from: as priced when asked, then, once the
-round is observed, what the round's planning took beyond that (`observe(planning_seconds=)`: the
-asks and the choice, timed by the row; on the 135M model some 0.1 ms, 2% of its round, where the
-tight-loop price of a suffix lookup is 0.01 ms), since a round that asked nothing would have planned
-nothing; gains bank at most LOSS_BANK (6) passes, and it starts at
+that asking it (a lookup) takes what its proposal cost from, as priced when asked; once the round
+is observed, what its planning took beyond the asks' prices (`observe(planning_seconds=)`: the asks
+and the choice, timed by the row; on the 135M model 0.05–0.1 ms, 1–2% of its round, where the
+tight-loop price of a suffix lookup is 0.01 ms) is taken from the drafters weighed (asked or
+predicted) in equal parts, since a round that weighs none plans nothing (it is plain at once); gains bank at most LOSS_BANK (6) passes, and it starts at
 LOSS_START (2). A drafter whose allowance is below zero is neither asked nor chosen, probes and
 retries included; the others go on, so a model drafter that lost does not stop a lookup that pays.
 So over any n rounds speculation loses at most 0.005·n one-token passes, plus what the allowances held
@@ -295,6 +295,7 @@ class AdaptivePolicy:
         # below 0 it is neither asked nor chosen
         self.bank = [LOSS_START] * len(drafter_names)
         self.asked: dict[int, float] = {}  # this round's lookups asked → what their asks were priced at (passes)
+        self.weighed: list[int] = []  # this round's drafters asked or predicted: who the planning was for
         self.decisions: list[dict] = []  # the choices, logged when they change
 
     def continue_from(self, earlier: AdaptivePolicy, keep: float = CARRY) -> None:
@@ -373,7 +374,7 @@ class AdaptivePolicy:
         self.rows = rows
         share = LOSS_SHARE / len(self.names)
         self.bank = [min(bank + share, LOSS_BANK) for bank in self.bank]
-        self.asked = {}
+        self.asked, self.weighed = {}, []
         if not proposals and not any(self._allowed(i) for i, first in enumerate(self.looks_first) if not first):
             self.plain_streak += 1  # nothing was asked and no other drafter may draft: nothing to weigh
             plan = RoundPlan(None, 0, 1.0, lambda: self._spent() or "plain: no lookup found anything worth verifying")
@@ -383,6 +384,7 @@ class AdaptivePolicy:
         for index in proposals or {}:
             self.asked[index] = self._asking(index, passes[0])
             self.bank[index] -= self.asked[index]
+        self.weighed = [*self.asked, *(i for i, first in enumerate(self.looks_first) if not first and self._allowed(i))]
         predictions = self.predictions(rows, passes)
         offers = [offer for index, draft in (proposals or {}).items() if (offer := self.offer(index, draft, rows, passes))]
         best = max(predictions, key=lambda x: (x[0], -x[2])) if predictions else None
@@ -462,11 +464,11 @@ class AdaptivePolicy:
         a model drafter first read `caught_up` committed tokens it had not read, and asking the
         lookups and choosing took `planning_seconds` (0: not timed; the model drafter's own drafting
         excluded): what that took beyond the asks' prices is taken from the allowances of the
-        lookups asked, in equal parts."""
-        if self.asked and planning_seconds > 0:
+        drafters weighed (the lookups asked, the others predicted), in equal parts."""
+        if self.weighed and planning_seconds > 0:
             beyond = planning_seconds / self.costs.batch_pass(self.rows, self.rows) - sum(self.asked.values())
-            for index in self.asked:
-                self.bank[index] -= max(0.0, beyond) / len(self.asked)
+            for index in self.weighed:
+                self.bank[index] -= max(0.0, beyond) / len(self.weighed)
         if plan.drafter is None:
             return  # a plain round: no evidence, and nothing fades (coming back is the probes' job)
         loss = self._loss(plan.drafter, drafted, accepted, caught_up)
