@@ -109,3 +109,19 @@ def test_read_corpus_formats(tmp_path):
         read_corpus(tmp_path, encode)
     with pytest.raises(SpecdecError, match="does not exist"):
         read_corpus(tmp_path / "missing", encode)
+
+
+def test_lookups_read_the_prompt_when_the_request_begins():
+    """A request's prompt is indexed by `begin`, outside the rounds (whose planning time the policy
+    charges to the drafters weighed), so the first ask reads only the tokens committed since; what the
+    lookups then propose is what a fresh index of the whole context proposes."""
+    from specdec.drafters.ngram import PromptLookupDrafter, lookup
+
+    prompt = [5, 6, 7, 8, 9, 5, 6, 7] * 40  # 320 tokens
+    suffix, ngram = SuffixDrafter(), PromptLookupDrafter()
+    suffix.begin(prompt, 400)
+    ngram.begin(prompt, 400)
+    assert suffix.request.tokens == prompt and ngram.index.tokens == prompt
+    tokens = prompt + [8]
+    assert suffix.propose(tokens, 4, GREEDY, None).tokens == [9, 5, 6, 7]
+    assert ngram.propose(tokens, 4, GREEDY, None).tokens == lookup(tokens, 4, 4, 2)[0] == [9, 5, 6, 7]

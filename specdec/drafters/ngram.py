@@ -31,6 +31,7 @@ class PromptLookupDrafter(Drafter):
 
     def begin(self, prompt_ids: list[int], max_len: int, target_cache=None) -> None:
         self.index = NgramIndex(self.max_ngram, self.min_ngram)  # this request's own
+        self.index.follow(prompt_ids, 0)  # the prompt indexed now, so that a round's ask indexes only new tokens
 
     def propose(
         self, tokens: list[int], max_tokens: int, params: SamplingParams, generator

@@ -171,6 +171,7 @@ class SuffixDrafter(Drafter):
     def begin(self, prompt_ids: list[int], max_len: int, target_cache=None) -> None:
         self.request = SuffixAutomaton()
         self.corpus_match = (0, 0)
+        self._catch_up(prompt_ids)  # the prompt read now, so that a round's ask reads only new tokens
 
     def finish(self, tokens: list[int], prompt_length: int) -> None:
         if self.learn_outputs:
