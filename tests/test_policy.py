@@ -477,7 +477,6 @@ def test_asking_stops_while_the_allowance_is_spent(monkeypatch):
     assert asks(1e9) == 1000
 
 
-
 def lookup_asks(planning_seconds: float, pays: bool, rounds: int = 1000) -> int:
     """Rounds in which a lookup priced at 0.0001 of a pass an ask was asked, when each round's asks
     and choice took `planning_seconds` (T(1) = 1 s) and its proposals either never pay (a match of 0,

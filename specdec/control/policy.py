@@ -374,17 +374,18 @@ class AdaptivePolicy:
         self.rows = rows
         share = LOSS_SHARE / len(self.names)
         self.bank = [min(bank + share, LOSS_BANK) for bank in self.bank]
-        self.asked, self.weighed = {}, []
-        if not proposals and not any(self._allowed(i) for i, first in enumerate(self.looks_first) if not first):
+        self.asked = {}
+        predicted = [i for i, first in enumerate(self.looks_first) if not first and self._allowed(i)]
+        self.weighed = [*(proposals or {}), *predicted]
+        if not self.weighed:
             self.plain_streak += 1  # nothing was asked and no other drafter may draft: nothing to weigh
-            plan = RoundPlan(None, 0, 1.0, lambda: self._spent() or "plain: no lookup found anything worth verifying")
+            plan = RoundPlan(None, 0, 1.0, self._nothing_found)
             self._log(plan)
             return plan
         passes = self.costs.pass_prices(rows, self._largest_pass())  # the round's prices, for every candidate
         for index in proposals or {}:
             self.asked[index] = self._asking(index, passes[0])
             self.bank[index] -= self.asked[index]
-        self.weighed = [*self.asked, *(i for i, first in enumerate(self.looks_first) if not first and self._allowed(i))]
         predictions = self.predictions(rows, passes)
         offers = [offer for index, draft in (proposals or {}).items() if (offer := self.offer(index, draft, rows, passes))]
         best = max(predictions, key=lambda x: (x[0], -x[2])) if predictions else None
@@ -414,7 +415,7 @@ class AdaptivePolicy:
             wait = self.cooldown - self.plain_streak + 1
             plan = RoundPlan(None, 0, 1.0, (lambda: f"plain: nothing is predicted to beat plain decoding (the best: "
                                                     f"{why_best()}); next check in {wait} rounds") if best
-                             else (lambda: self._spent() or "plain: no lookup found anything worth verifying"))
+                             else self._nothing_found)
         self._log(plan)
         return plan
 
@@ -497,6 +498,10 @@ class AdaptivePolicy:
     def _asking(self, index: int, plain: float) -> float:
         """What asking lookup `index` for its proposal cost, in one-token passes of the batch (`plain`: T(B, B))."""
         return self.costs.draft_seconds(self.names[index], max(self.gammas)) / plain
+
+    def _nothing_found(self) -> str:
+        """Why a plain round where no drafter had anything to weigh."""
+        return self._spent() or "plain: no lookup found anything worth verifying"
 
     def _spent(self) -> str:
         """Why a plain round where some drafters' allowances are spent: "" when none is."""
