@@ -124,6 +124,28 @@ def test_negative_control_fails(params, point_mass, wrong):
     assert pvalue(ToyRound(params, point_mass), wrong) < ALPHA
 
 
+def plain_round_pvalue(position: int) -> float:
+    """A plain round (γ = 0) over the toy's p: 200,000 next tokens drawn by `speculative_sample`
+    from p[:, position] against the law p_1 (chi-square, false-positive rate ALPHA)."""
+    toy = ToyRound(SETTINGS[1], point_mass=True)
+    p = toy.p[:, toy.root][None].expand(SAMPLES, -1, -1)[:, position:]  # [N, 1 or more, V]
+    num_accepted, next_token = speculative_sample(torch.zeros(SAMPLES, 0, dtype=torch.long), p, None,
+                                                  torch.Generator().manual_seed(3))
+    assert not num_accepted.any()
+    observed = np.bincount(next_token.numpy(), minlength=VOCAB)
+    return gof_pvalue(observed, toy.p[0, toy.root].double().numpy())
+
+
+def test_a_plain_round_draws_from_p_1():
+    """An empty draft samples the next token straight from p_1 (the fast path skips the residual)."""
+    assert plain_round_pvalue(0) > ALPHA
+
+
+def test_a_plain_round_drawing_from_another_position_fails():
+    """Negative control: the same test on draws from p_2 (the wrong position) must fail."""
+    assert plain_round_pvalue(1) < ALPHA
+
+
 @pytest.mark.parametrize("use_q", [True, False])
 @pytest.mark.parametrize("gamma", [0, 1, 4])
 def test_fast_path_equals_reference(gamma, use_q):

@@ -52,6 +52,11 @@ def speculative_sample(
     details: dict | None = None,  # given: filled with "uniforms" [B, γ] and "residual" [B, V] (for traces)
 ) -> tuple[torch.Tensor, torch.Tensor]:  # (num_accepted [B], next_token [B])
     batch, gamma = draft_tokens.shape
+    if gamma == 0:  # a plain round: the next token is drawn from p_1 (the residual's arithmetic would be
+        next_token = sample(p[:, 0], generator)  # a third of the round's sampling time, for nothing)
+        if details is not None:
+            details.update(uniforms=draft_tokens.new_zeros(batch, 0, dtype=p.dtype), residual=p[:, 0])
+        return torch.zeros(batch, dtype=torch.long, device=p.device), next_token
     rows = torch.arange(batch, device=p.device)
     uniforms = torch.rand(batch, gamma, generator=generator, device=p.device)  # [B, γ]
     p_draft = p[:, :gamma].gather(2, draft_tokens[..., None]).squeeze(2)  # [B, γ]: p_i(x_i)
@@ -63,15 +68,12 @@ def speculative_sample(
 
     p_next = p[rows, num_accepted]  # [B, V]: p at the first rejected position, or p_{γ+1}
     rejected = num_accepted < gamma  # [B]
-    if gamma == 0:
-        q_next = torch.zeros_like(p_next)
+    at = num_accepted.clamp(max=gamma - 1)  # [B]
+    if q is None:
+        q_next = torch.nn.functional.one_hot(draft_tokens[rows, at], p.shape[-1]).to(p.dtype)
     else:
-        at = num_accepted.clamp(max=gamma - 1)  # [B]
-        if q is None:
-            q_next = torch.nn.functional.one_hot(draft_tokens[rows, at], p.shape[-1]).to(p.dtype)
-        else:
-            q_next = q[rows, at]  # [B, V]
-        q_next = q_next * rejected[:, None]  # the bonus position has no draft: residual = p
+        q_next = q[rows, at]  # [B, V]
+    q_next = q_next * rejected[:, None]  # the bonus position has no draft: residual = p
     residual = (p_next - q_next).clamp(min=0)  # [B, V]
     mass = residual.sum(-1, keepdim=True)  # [B, 1]
     # A rejection implies p != q, so mass > 0; the guard only catches float round-off.
