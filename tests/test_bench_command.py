@@ -446,3 +446,33 @@ def test_repeats_do_not_draft_from_the_answer_of_the_repeat_before(tiny_target, 
     assert asked_again < repeated / 2
     monkeypatch.setattr(SpecdecMethod, "hold_learning", lambda self: None)  # the control: learning as it comes
     assert _suffix_rounds_per_case(tiny_target, [first], 2)[0] < 2 * one
+
+
+def test_the_methods_take_turns_at_running_first(tmp_path, tiny_folder, monkeypatch):
+    """The order the methods run in reverses from one repeat (and prompt) to the next, so that drift
+    and the method run just before fall on every method alike. Control: `run_order` left as given
+    puts plain first every time, and the check fails."""
+    from specdec.bench import runner
+
+    order, real_run_case = [], runner.run_case
+
+    def record(method, case, tokenizer, sampling, max_new_tokens):
+        if case.id != "warm-up":
+            order.append((case.id, method.name))
+        return real_run_case(method, case, tokenizer, sampling, max_new_tokens)
+
+    def bench() -> list:
+        order.clear()
+        assert main(["bench", "--model", str(tiny_folder), "--prompts", str(prompts), "--no-transformers",
+                     "--drafter", "ngram", "--max-new-tokens", "2", "--repeats", "2", "--out", str(tmp_path / "out"),
+                     "--force"]) == 0
+        return order[:]
+
+    monkeypatch.setattr(runner, "run_case", record)
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("t5 t9 t12\nt7 t8 t7\n")
+    expected = [("1", "plain"), ("1", "ngram"), ("1", "ngram"), ("1", "plain"),
+                ("2", "ngram"), ("2", "plain"), ("2", "plain"), ("2", "ngram")]
+    assert bench() == expected
+    monkeypatch.setattr(runner, "run_order", lambda methods, turn: list(methods))
+    assert bench() != expected

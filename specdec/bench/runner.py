@@ -1,7 +1,9 @@
 """The benchmark loop: every method on every prompt, interleaved, with warm-up and repeats.
 
 For each prompt, temperature and repeat, every method runs once, one after the other, so that
-drift of a shared machine hits all methods alike. A conversation (a prompt with two turns) feeds
+drift of a shared machine hits all methods alike; the order reverses from one repeat (and prompt) to
+the next (A B C, C B A, ...), so that no method always runs first, or always right after the same
+other method (`run_order`). A conversation (a prompt with two turns) feeds
 each method's own first answer back before the second turn; its time and tokens are the sum over
 turns. Sampled runs give every method the same seed per prompt and repeat. A drafter that learns
 from its outputs (suffix) learns a prompt's answers only once all its runs are done: every repeat
@@ -103,7 +105,7 @@ def run_bench(cases: list[PromptCase], methods_at: dict[float, list], tokenizer,
                                                    "peak": None, "ttft": []} for m in methods}
             for repeat in range(repeats):
                 sampling = SamplingParams(temperature=temperature, seed=seed + 1000 * number + repeat)
-                for method in methods:
+                for method in run_order(methods, number + repeat):
                     if progress:
                         progress(done, number + 1, case, temperature, method.name)
                     memory.reset()
@@ -129,6 +131,11 @@ def run_bench(cases: list[PromptCase], methods_at: dict[float, list], tokenizer,
         for method in learners:
             method.release_learning()
     return rows
+
+
+def run_order(methods: list, turn: int) -> list:
+    """The methods in the order of this turn (prompt index + repeat): as given, then reversed, in turn."""
+    return list(methods) if turn % 2 == 0 else list(reversed(methods))
 
 
 def median_rate(run: MethodRun) -> float:
