@@ -8,7 +8,7 @@ import torch
 from stat_helpers import ALPHA, gof_pvalue
 
 from specdec.errors import ConfigError
-from specdec.sampling import SamplingParams, logits_to_probs, sample
+from specdec.sampling import SamplingParams, argmax, logits_to_probs, sample
 
 
 def transformers_probs(logits, temperature, top_k, top_p):
@@ -37,6 +37,22 @@ def test_greedy_is_a_point_mass_on_the_argmax():
     logits = torch.tensor([[0.1, 3.0, 3.0, -1.0]])
     probs = logits_to_probs(logits, SamplingParams(temperature=0))
     assert probs.tolist() == [[0.0, 1.0, 0.0, 0.0]]  # ties go to the lowest id
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_argmax_gives_torchs_ids(dtype):
+    """The fast CPU argmax gives torch.argmax(-1)'s ids: random rows, strided views, 1-d and 3-d
+    shapes, ties (the lowest id), NaN (the first one) and -inf rows."""
+    gen = torch.Generator().manual_seed(0)
+    scores = (torch.randn(3, 9, 4096, generator=gen) * 4).to(dtype)  # [B, k+1, V]
+    scores[0, 0, [7, 3000]] = 1e4  # a tie at the top
+    scores[1, 2, [11, 20]] = float("nan")
+    scores[2, 3] = float("-inf")
+    for case in (scores, scores[0, 0], scores[:, ::2], scores.transpose(0, 1), scores[..., ::3]):
+        ours = argmax(case)
+        assert ours.dtype == torch.long and ours.shape == case.shape[:-1]
+        assert torch.equal(ours, case.argmax(-1))
+    assert int(argmax(scores[0, 0])) == 7  # the lowest of the tied ids
 
 
 @pytest.mark.parametrize("temperature", [1e-6, 1e-40, 1e-300])

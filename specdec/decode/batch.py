@@ -43,7 +43,7 @@ from specdec.errors import SpecdecError
 from specdec.control.policy import FixedPolicy, AdaptivePolicy, RoundPlan
 from specdec.runtime.llama import Segment
 from specdec.runtime.tokenizer import IncrementalDetokenizer
-from specdec.sampling import SamplingParams, logits_to_probs, sample
+from specdec.sampling import SamplingParams, argmax, logits_to_probs, sample
 from specdec.records.stats import GenerationStats
 from specdec.records.trace import ACCEPTED, BONUS, CORRECTED, TARGET, RoundTrace, trace_round, trace_tree_round
 from specdec.tree import TokenTree, kept_slots, tree_inputs
@@ -538,5 +538,5 @@ def _guarded(failed: dict, row: Row, step, *args):
 def _pick(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> int:
     """logits [1, V] -> one token id: argmax when greedy, else a draw from the processed p."""
     if params.greedy:
-        return int(logits.argmax(-1))
+        return int(argmax(logits))
     return int(sample(logits_to_probs(logits, params), generator))

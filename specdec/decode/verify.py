@@ -17,7 +17,7 @@ proposal (q = None, from lookup drafters) is the case q_i = one-hot(x_i): accept
 p_i(x_i), else draw from p_i with x_i removed, renormalised.
 
 Greedy verification accepts x_i while it equals argmax p_i, then emits argmax p at the first
-mismatch (or after the last draft). Ties go to the lowest id (`torch.argmax`).
+mismatch (or after the last draft). Ties go to the lowest id (as `torch.argmax`; `sampling.argmax`).
 
 Each function takes a batch of independent rounds (B rows; the engine passes B = 1, the statistical
 tests pass B = 200,000). `speculative_sample` is the fast path; `speculative_sample_reference` is a
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from specdec.sampling import sample
+from specdec.sampling import argmax, sample
 from specdec.tree import TokenTree
 
 
@@ -36,7 +36,7 @@ def verify_greedy(
     draft_tokens: torch.Tensor,  # [B, γ] long
     target_logits: torch.Tensor,  # [B, γ+1, V] (logits or probabilities: only the argmax is used)
 ) -> tuple[torch.Tensor, torch.Tensor]:  # (num_accepted [B], next_token [B])
-    target_choice = target_logits.argmax(-1)  # [B, γ+1]
+    target_choice = argmax(target_logits)  # [B, γ+1]
     gamma = draft_tokens.shape[1]
     matches = (draft_tokens == target_choice[:, :gamma]).long()  # [B, γ]
     num_accepted = matches.cumprod(dim=1).sum(dim=1)  # [B]
@@ -155,7 +155,7 @@ def tree_children_table(tree: TokenTree, device) -> torch.Tensor:
 def verify_tree_greedy(tree: TokenTree,
                        target_logits: torch.Tensor,  # [N+1, V]
                        ) -> tuple[list[int], int]:  # (accepted node indices, next token)
-    choice = target_logits.argmax(-1).tolist()  # [N+1]
+    choice = argmax(target_logits).tolist()  # [N+1]
     kids = tree_children_table(tree, "cpu").tolist()
     path, at = [], 0
     while True:

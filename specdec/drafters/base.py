@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specdec.sampling import SamplingParams, logits_to_probs, sample
+from specdec.sampling import SamplingParams, argmax, logits_to_probs, sample
 from specdec.tree import TokenTree
 
 
@@ -177,7 +177,7 @@ def draft_chain(
     logits = next_logits(feed)  # [V] or [Vd]
     for i in range(max_tokens):
         if params.greedy:  # (greedy verification reads no q)
-            index = int(logits.argmax())
+            index = int(argmax(logits))
             token = index if vocab_ids is None else int(vocab_ids[index])
             if keep_drafting is not None:
                 confidence.append(float(torch.softmax(logits.float(), -1)[index]))
