@@ -6,6 +6,8 @@ The report states measured results. With `specdec bench --targets` (this project
     each drafter's auto γ within 5% of its best fixed γ, never < 0.95× plain   (issue 3)
     EAGLE tree MAT ≥ 3.0                                                       (issue 4)
     with llama.cpp: our plain decoding ≥ 1.0×, the best auto γ drafter ≥ 1.5× (issue 14)
+    the `auto` policy ≥ 0.98× plain when sampling, ≥ 0.98× the best single drafter
+    run beside it when greedy                                                  (issue 30)
 `python -m specdec.bench.report RESULTS.jsonl` checks a finished run's targets again (speeds only).
 """
 
@@ -25,6 +27,7 @@ AUTO_WITHIN = 0.95
 EAGLE_MAT_TARGET = 3.0
 PLAIN_OVER_LLAMA_CPP_TARGET = 1.0  # issue 14: our plain decoding at least llama.cpp's, same GGUF
 BEST_OVER_LLAMA_CPP_TARGET = 1.5  # issue 14: the best drafter with γ = auto
+AUTO_POLICY_FLOOR = 0.98  # issue 30: `auto` against plain (sampling) and the best single drafter (greedy)
 
 
 def raw_rows(rows: list[dict]) -> list[dict]:
@@ -112,11 +115,39 @@ def target_notes(summary: dict) -> list[str]:
                         noise = paired_ratio(entry["methods"][name], entry["methods"].get(PLAIN, {}), AUTO_WITHIN)
                         notes.append(f"T={temperature}, {category}: {name} is {auto:.2f}× plain, more than 5% "
                                      f"slower than plain decoding: MISSED{noise}")
+            if name.split(":")[0].removesuffix(" γ=auto") == "auto" and "speedup_vs_plain" in methods[name]:
+                notes += auto_policy_notes(temperature, result, name)
             if name.startswith("eagle") and "mean_accepted_tokens" in methods[name]:
                 mat = methods[name]["mean_accepted_tokens"]
                 verdict = "met" if mat >= EAGLE_MAT_TARGET else "MISSED"
                 notes.append(f"T={temperature}: {name} MAT {mat:.2f} (target ≥ {EAGLE_MAT_TARGET}): {verdict}")
     return notes
+
+
+def auto_policy_notes(temperature: str, result: dict, name: str) -> list[str]:
+    """Issue 30's line for an `auto` row: sampling, its speed-up over plain decoding; greedy, over the
+    best single drafter run beside it (none: no line); each with the per-prompt paired ratio, whose
+    standard error says whether this run can tell a miss (or a pass) from the machine's noise."""
+    methods = result["methods"]
+    auto = methods[name]["speedup_vs_plain"]
+
+    def per_prompt(method: str) -> dict:  # its tokens per second, prompt by prompt (category by category)
+        return {"tokens_per_second": [rate for category in sorted(result["by_category"])
+                                      for rate in result["by_category"][category]["methods"][method]["tokens_per_second"]]}
+
+    if temperature != "0":
+        verdict = "met" if auto >= AUTO_POLICY_FLOOR else "MISSED"
+        return [f"T={temperature}: {name} is {auto:.3f}× plain decoding (target ≥ {AUTO_POLICY_FLOOR}×): {verdict}"
+                f"{paired_ratio(per_prompt(name), per_prompt(PLAIN), AUTO_POLICY_FLOOR)}"]
+    singles = [n for n in auto_gamma_rows(methods) if n.split(":")[0].removesuffix(" γ=auto") != "auto"]
+    if not singles:
+        return []
+    best = max(singles, key=lambda n: methods[n]["speedup_vs_plain"])
+    ratio = auto / methods[best]["speedup_vs_plain"]
+    verdict = "met" if ratio >= AUTO_POLICY_FLOOR else "MISSED"
+    return [f"T={temperature}: {name} is {ratio:.3f}× the best single drafter, {best} ({auto:.3f}× against "
+            f"{methods[best]['speedup_vs_plain']:.3f}× plain; target ≥ {AUTO_POLICY_FLOOR}×): {verdict}"
+            f"{paired_ratio(per_prompt(name), per_prompt(best), AUTO_POLICY_FLOOR)}"]
 
 
 def _fmt(value, spec: str = ".2f", suffix: str = "") -> str:
@@ -337,7 +368,7 @@ def write_report(rows: list[dict], summary: dict, header: dict, out_dir: Path, t
 
 def speed_summary_from_results(lines: list[dict]) -> dict:
     """The speed part of a summary (per temperature and category: each method's per-prompt tokens
-    per second and mean speed-up over plain) rebuilt from results.jsonl rows, enough for
+    per second and mean speed-up over plain; per temperature, each method's mean speed-up) rebuilt from results.jsonl rows, enough for
     `target_notes`: a finished run's targets can be checked again by newer code."""
     out: dict = {}
     for line in lines:
@@ -351,11 +382,18 @@ def speed_summary_from_results(lines: list[dict]) -> dict:
         result["by_category"] = dict(sorted(result["by_category"].items()))
         endpoints = [name for name, m in result["methods"].items() if "endpoint" in m]
         result["baseline"] = baseline_of(result["methods"], endpoints)
+        key = speedup_key(result["baseline"])
         for entry in result["by_category"].values():
             baseline = entry["methods"][result["baseline"]]["tokens_per_second"]
             for method in entry["methods"].values():
-                method[speedup_key(result["baseline"])] = statistics.mean(
-                    x / y for x, y in zip(method["tokens_per_second"], baseline))
+                method[key] = statistics.mean(x / y for x, y in zip(method["tokens_per_second"], baseline))
+        references = {key: result["baseline"], **{field: name for field, name in (
+            ("speedup_vs_hf_generate", HF_GENERATE), ("speedup_vs_llama_cpp", LLAMA_CPP)) if name in result["methods"]}}
+        for name, method in result["methods"].items():  # over all prompts: the mean of their ratios
+            for field, reference in references.items():
+                method[field] = statistics.mean(
+                    x / y for entry in result["by_category"].values() for x, y in
+                    zip(entry["methods"][name]["tokens_per_second"], entry["methods"][reference]["tokens_per_second"]))
     return out
 
 
