@@ -564,3 +564,19 @@ def test_a_probe_after_a_long_rest_pays_for_its_catch_up():
     assert 0 < lost <= bound, (lost, bound)
     unpriced, unpriced_bound = resting_drafter_losses(3000, told=False)
     assert unpriced > unpriced_bound, (unpriced, unpriced_bound)
+
+
+def test_a_drafter_that_sat_out_is_weighed_with_its_catch_up():
+    """A model drafter predicted to pay (α = 0.9, a token at 0.05 of a pass) is chosen while it has read
+    everything; 200 committed tokens behind (0.02 of a pass each to read: 4 passes), its prediction
+    carries the catch-up, falls below plain decoding, and the round is plain. The control: the same
+    round with nothing said of the catch-up drafts. Deterministic."""
+    def plan_with(behind):
+        cost_model = CostModel({k: 1 + 0.1 * (k - 1) for k in range(1, 10)}, {"model": DraftCost(0.0, 0.05, 0.02)})
+        return AdaptivePolicy(cost_model, ["model"], max_gamma=8, prior=0.9).choose(behind=behind)
+
+    assert plan_with({0: 0}).drafter == 0
+    resting = plan_with({0: 200})
+    assert resting.drafter is None and resting.predicted_speedup == 1.0
+    assert "first reading the 200 committed tokens it sat out" in resting.reason
+    assert plan_with(None).drafter == 0  # the control: not told, it drafts

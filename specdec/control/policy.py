@@ -21,7 +21,10 @@ with T(B, N) the measured time of a pass over B rows holding N tokens in all (`c
 for B = 1 it is S_d(γ) above. Once the pass is compute-bound, extra tokens cost what they weigh
 and S falls below 1: speculation fades out as the batch fills, and comes back as it empties.
 
-The policy picks the (d, γ) with the largest S. When even that is below 1, speculation is predicted
+The policy picks the (d, γ) with the largest S. A model drafter's D_d(γ) includes reading the
+committed tokens it has not read (the rounds it sat out: `choose(behind=)`, from
+`Drafter.catch_up_tokens`, priced by the cost model's `per_catch_up`), so one that rested long is
+weighed with the catch-up it would pay first. When even that is below 1, speculation is predicted
 to lose: it decodes plainly, and comes back later with one probe round (which refreshes α) after a
 cool-down that doubles while probes keep losing (8, 16, ... 128 rounds) and resets once one pays.
 A drafter that even the prior predicts to lose (a costly one) is first probed after 8 plain rounds.
@@ -249,8 +252,8 @@ class FixedPolicy:
 
     asks_first: list[int] = []  # no drafter is asked before the choice
 
-    def choose(self, rows: int = 1, proposals: dict | None = None) -> RoundPlan:
-        return self.plan
+    def choose(self, rows: int = 1, proposals: dict | None = None, behind: dict[int, int] | None = None) -> RoundPlan:
+        return self.plan  # γ fixed by hand: nothing to weigh
 
     def keep_drafting(self, plan: RoundPlan, rows: int = 1) -> None:
         return None  # γ fixed by hand: every token of it is drafted
@@ -296,6 +299,7 @@ class AdaptivePolicy:
         self.bank = [LOSS_START] * len(drafter_names)
         self.asked: dict[int, float] = {}  # this round's lookups asked → what their asks were priced at (passes)
         self.weighed: list[int] = []  # this round's drafters asked or predicted: who the planning was for
+        self.behind: dict[int, int] = {}  # this round's model drafters → committed tokens they would read first
         self.decisions: list[dict] = []  # the choices, logged when they change
 
     def continue_from(self, earlier: AdaptivePolicy, keep: float = CARRY) -> None:
@@ -328,16 +332,19 @@ class AdaptivePolicy:
         """Whether drafter `index` may draft: its allowance is not spent (a γ fixed by hand always may)."""
         return not self.may_fall_back or self.bank[index] >= 0
 
-    def predictions(self, rows: int = 1, passes: list[float] | None = None) -> list[tuple[float, int, int]]:
+    def predictions(self, rows: int = 1, passes: list[float] | None = None,
+                    behind: dict[int, int] | None = None) -> list[tuple[float, int, int]]:
         """(S, drafter index, γ) for every candidate but the lookups asked first, with `rows` rows
-        sharing the pass (`passes`: the round's `CostModel.pass_prices`)."""
+        sharing the pass (`passes`: the round's `CostModel.pass_prices`; `behind`: as in `choose`)."""
         passes = passes if passes is not None else self.costs.pass_prices(rows, self._largest_pass())
+        behind = behind or {}
         out = []
         for index, name in enumerate(self.names):
             if self.looks_first[index] or not self._allowed(index):
                 continue
             expected = self.acceptance[index].expected_tokens_up_to(max(self.gammas))
-            speedups = self.costs.predicted_speedups(name, expected, self.verified_counts[index], rows, passes)
+            speedups = self.costs.predicted_speedups(name, expected, self.verified_counts[index], rows, passes,
+                                                     behind.get(index, 0))
             out += [(speedups[gamma - 1], index, gamma) for gamma in self.gammas]
         return out
 
@@ -366,12 +373,15 @@ class AdaptivePolicy:
                 best_k, best = k, speedup
         return best_k, best
 
-    def choose(self, rows: int = 1, proposals: dict | None = None) -> RoundPlan:
+    def choose(self, rows: int = 1, proposals: dict | None = None, behind: dict[int, int] | None = None) -> RoundPlan:
         """This round's plan, for a row among `rows` sharing the pass (1: a request alone).
         `proposals`: what the drafters of `asks_first` proposed this round ({index: Draft}); when the
-        plan takes one, its γ is how many of those tokens to verify."""
+        plan takes one, its γ is how many of those tokens to verify. `behind`: {index: committed tokens
+        a model drafter would read first} (`Drafter.catch_up_tokens`; missing: 0), priced into its
+        predictions, so that one that sat out many rounds is weighed with the catch-up it would pay."""
         self.rounds += 1
         self.rows = rows
+        self.behind = behind or {}
         share = LOSS_SHARE / len(self.names)
         self.bank = [min(bank + share, LOSS_BANK) for bank in self.bank]
         self.asked = {}
@@ -386,7 +396,7 @@ class AdaptivePolicy:
         for index in proposals or {}:
             self.asked[index] = self._asking(index, passes[0])
             self.bank[index] -= self.asked[index]
-        predictions = self.predictions(rows, passes)
+        predictions = self.predictions(rows, passes, behind)
         offers = [offer for index, draft in (proposals or {}).items() if (offer := self.offer(index, draft, rows, passes))]
         best = max(predictions, key=lambda x: (x[0], -x[2])) if predictions else None
         offered = max(offers, key=lambda x: (x[0], -x[2])) if offers else None
@@ -449,7 +459,9 @@ class AdaptivePolicy:
 
     def _why(self, speedup: float, index: int, gamma: int) -> str:
         alphas = ", ".join(f"{a:.2f}" for a in self.acceptance[index].alphas(gamma))
-        return (f"{self.names[index]} drafting {gamma}: predicted {speedup:.2f}× plain decoding "
+        behind = self.behind.get(index, 0)
+        reading = f", first reading the {behind} committed tokens it sat out" if behind else ""
+        return (f"{self.names[index]} drafting {gamma}{reading}: predicted {speedup:.2f}× plain decoding "
                 f"(chance of acceptance by position: {alphas})")
 
     def _bucket(self, index: int, match_length: int) -> PositionAcceptance:

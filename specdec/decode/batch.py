@@ -203,7 +203,9 @@ class Row:
         if self.policy and room > 0:
             for index in self.policy.asks_first:
                 proposals[index] = self._propose(self.drafters[index], min(self.config.max_gamma, room))
-        plan = self.policy.choose(rows, proposals) if self.policy else PLAIN_ROUND
+        behind = {index: drafter.catch_up_tokens(self.tokens) for index, drafter in enumerate(self.drafters)
+                  if index not in proposals}  # what each model drafter would read first: priced in its predictions
+        plan = self.policy.choose(rows, proposals, behind) if self.policy else PLAIN_ROUND
         self.planning_seconds = time.perf_counter() - t0  # the asks and the choice (the allowance charges it)
         if self.config.trace:
             plan = plan.settled()  # its reason, in words now: observing the round changes what it quotes

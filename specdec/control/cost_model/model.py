@@ -154,23 +154,24 @@ class CostModel:
         overhead = self.row_overhead(rows)
         return [self.measured_pass(rows + n) * ratio + overhead for n, ratio in enumerate(ratios)]
 
-    def draft_prices(self, drafter: str, largest: int) -> list[float]:
-        """[D(γ) for γ = 1 .. largest], as `draft_seconds` gives each."""
+    def draft_prices(self, drafter: str, largest: int, caught_up: int = 0) -> list[float]:
+        """[D(γ) for γ = 1 .. largest], as `draft_seconds` gives each (reading `caught_up` tokens first)."""
         cost, calibration = self.draft_costs[drafter], self.draft_calibration.get(drafter)
         ratios = calibration.ratios(range(1, largest + 1)) if calibration else [1.0] * largest
-        return [cost.seconds(gamma) * ratio for gamma, ratio in enumerate(ratios, 1)]
+        return [cost.seconds(gamma, caught_up) * ratio for gamma, ratio in enumerate(ratios, 1)]
 
     def predicted_speedups(self, drafter: str, expected_tokens: list[float], verified: list[int] | None = None,
-                           rows: int = 1, passes: list[float] | None = None) -> list[float]:
+                           rows: int = 1, passes: list[float] | None = None, caught_up: int = 0) -> list[float]:
         """`predicted_speedup` for γ = 1 .. len(expected_tokens) at once (`expected_tokens[γ − 1]` and
         `verified[γ − 1]` for each; default: chains): the policy asks this every round, for every
-        drafter, so the round's `pass_prices` (for these rows, covering the largest pass) can be passed in."""
+        drafter, so the round's `pass_prices` (for these rows, covering the largest pass) can be passed in.
+        `caught_up`: committed tokens the drafter would read first (`Drafter.catch_up_tokens`), priced in."""
         gammas = len(expected_tokens)
         counts = list(range(1, gammas + 1)) if verified is None else verified[:gammas]
         passes = passes if passes is not None else self.pass_prices(rows, max(counts, default=0))
         plain = passes[0]
         return [(expected + rows - 1) / rows * plain / (passes[count] + draft)
-                for expected, count, draft in zip(expected_tokens, counts, self.draft_prices(drafter, gammas))]
+                for expected, count, draft in zip(expected_tokens, counts, self.draft_prices(drafter, gammas, caught_up))]
 
     def to_json(self) -> dict:
         return {
