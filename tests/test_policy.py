@@ -580,3 +580,30 @@ def test_a_drafter_that_sat_out_is_weighed_with_its_catch_up():
     assert resting.drafter is None and resting.predicted_speedup == 1.0
     assert "first reading the 200 committed tokens it sat out" in resting.reason
     assert plan_with(None).drafter == 0  # the control: not told, it drafts
+
+
+def lookup_after_a_bad_stretch() -> tuple[int, int]:
+    """A lookup accepted at 0.95 for 400 rounds (its allowance banks the gains), then rejected outright
+    for 10 rounds, then accepted at 0.95 again for 200: (rounds it drafted in the bad stretch, in the
+    200 after). T(k) = 1 + 0.2 (k − 1), so a failed 8-token draft loses 1.6 passes."""
+    policy = AdaptivePolicy(costs(0.2, suffix=0.001), ["suffix"], looks_up=[True])
+    run(policy, {"suffix": 0.95}, 400)
+    bad = run(policy, {"suffix": 0.0}, 10, seed=1)
+    after = run(policy, {"suffix": 0.95}, 200, seed=2)
+    return sum(p.drafter is not None for p in bad), sum(p.drafter is not None for p in after)
+
+
+def test_a_lookup_that_gained_weathers_a_bad_stretch():
+    """What a lookup gained is banked (up to LOSS_BANK = 16 passes), so ten failed drafts (some 14
+    passes) leave it drafting when its matches pay again: every one of the 200 rounds after. The
+    control, a bank of 6 passes (what it was), is spent within the stretch and drafts in at most 1 of
+    the 200 (at a refill of 0.5% of a pass a round, it needs some 200 rounds to come back).
+    Deterministic (seeded)."""
+    drafted_bad, drafted_after = lookup_after_a_bad_stretch()
+    assert drafted_bad == 10 and drafted_after >= 190, (drafted_bad, drafted_after)
+
+
+def test_a_small_bank_is_spent_by_the_same_stretch(monkeypatch):
+    monkeypatch.setattr(policy_module, "LOSS_BANK", 6.0)
+    drafted_bad, drafted_after = lookup_after_a_bad_stretch()
+    assert drafted_bad < 10 and drafted_after <= 1, (drafted_bad, drafted_after)

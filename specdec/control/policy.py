@@ -39,14 +39,19 @@ that asking it (a lookup) takes what its proposal cost from, as priced when aske
 is observed, what its planning took beyond the asks' prices (`observe(planning_seconds=)`: the asks
 and the choice, timed by the row; on the 135M model 0.05–0.1 ms, 1–2% of its round, where the
 tight-loop price of a suffix lookup is 0.01 ms) is taken from the drafters weighed (asked or
-predicted) in equal parts, since a round that weighs none plans nothing (it is plain at once); gains bank at most LOSS_BANK (6) passes, and it starts at
+predicted) in equal parts, since a round that weighs none plans nothing (it is plain at once); gains bank at most LOSS_BANK (16) passes, and it starts at
 LOSS_START (2). A drafter whose allowance is below zero is neither asked nor chosen, probes and
 retries included; the others go on, so a model drafter that lost does not stop a lookup that pays.
-So over any n rounds speculation loses at most 0.005·n one-token passes, plus what the allowances held
-when they began (at most D · LOSS_BANK), plus each drafter's one worst round (the one that took its
-allowance below zero): at most 0.5% of plain decoding's time beyond those constants. (It was 1%; with
-the planning's own cost, ~1% of a 6 ms round of the 135M model, that left `auto` up to 2-3% behind
-the best single lookup where no model drafter pays.) The allowances
+So from the engine's first round, over n rounds speculation loses at most 0.005·n one-token passes,
+plus D · LOSS_START, plus each drafter's one worst round (the one that took its allowance below
+zero): at most 0.5% of plain decoding's time beyond those constants; over rounds that begin later, it
+may also give back what the allowances banked of earlier gains (at most D · LOSS_BANK). (The share
+was 1%; with the planning's own cost, ~1% of a 6 ms round of the 135M model, that left `auto` up to
+2-3% behind the best single lookup where no model drafter pays. The bank held 6 passes: greedy
+suffix rounds of the 135M model swing an allowance by up to ~7 passes within a prompt, so a bad
+stretch spent a lookup that had gained 50-200 passes on each prompt before, and at a refill of
+0.5%/3 of a pass a round `auto`'s suffix stayed spent for whole prompts, 381 rounds of 164 and
+242, where suffix alone drafted; at 16 the allowance stayed above 9 passes on every prompt.) The allowances
 carry on to the next request with the same settings and temperature (`continue_from`), so short
 requests do not each start with fresh ones; where a drafter has not paid for a while, its probes wait
 for its allowance, which makes them rarer the more they lose.
@@ -109,7 +114,7 @@ DECISION_LOG_LIMIT = 200
 CONFIDENCE_EDGES = (0.2, 0.4, 0.6, 0.8, 0.9)  # buckets of a drafter's confidence in a token: [0, 0.2), ... [0.9, 1]
 LONG_MEMORY = 0.995  # the long-run estimate's forgetting per observation (some 200 observations kept)
 LOSS_SHARE = 0.005  # speculation may lose this share of a one-token pass per round (its allowance)...
-LOSS_BANK = 6.0  # ...plus what gains banked, at most this many one-token passes...
+LOSS_BANK = 16.0  # ...plus what gains banked, at most this many one-token passes...
 LOSS_START = 2.0  # ...starting from this many (so that the first rounds' luck does not stop it at once)
 
 
