@@ -392,8 +392,13 @@ class AdaptivePolicy:
         self.asked = {}
         predicted = [i for i, first in enumerate(self.looks_first) if not first and self._allowed(i)]
         self.weighed = [*(proposals or {}), *predicted]
-        if not self.weighed:
-            self.plain_streak += 1  # nothing was asked and no other drafter may draft: nothing to weigh
+        if not predicted and not any(len(draft) for draft in (proposals or {}).values()):
+            # nothing to weigh: no lookup was asked or none found anything, and no other drafter may
+            # draft (most rounds of a lookup alone: its match is too short to propose)
+            for index in proposals or {}:
+                self.asked[index] = self._asking(index, self.costs.batch_pass(rows, rows))
+                self.bank[index] -= self.asked[index]
+            self.plain_streak += 1
             plan = RoundPlan(None, 0, 1.0, self._nothing_found)
             self._log(plan)
             return plan
