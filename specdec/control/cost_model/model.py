@@ -4,8 +4,9 @@ The measured curve (`measure.py`) is a tight loop at one context length; a real 
 acceptance, commit and detokenizing, at the request's own context length. In the 30-prompt benchmark
 a round verifying 3.3 tokens cost 1.28 plain rounds where the curve said 1.8. So the engine reports
 the time of every round it runs (`observe_round`), and `target_pass` scales the measured T(k) by a
-running ratio observed / measured for that k (`Calibration`): the shape comes from the
-measurement until the run's own rounds say otherwise. Draft costs are calibrated the same way, per
+running level (how much dearer than measured rounds are now) times a factor for that k
+(`Calibration`): the shape comes from the measurement until the run's own rounds of that size say
+otherwise. Draft costs are calibrated the same way, per
 drafter and γ, from the seconds the engine's `propose` calls take (`observe_draft`). Calibrations
 live in memory only; `to_json` / `from_json` are what the cache file (`cache.py`) keeps.
 """
@@ -29,44 +30,96 @@ class DraftCost:
         return self.per_call + self.per_token * gamma + self.per_catch_up * caught_up if gamma else 0.0
 
 
-CALIBRATION_MEMORY = 0.97  # weight an observed round keeps per later observation of the same k
-CALIBRATION_PRIOR = 3.0  # observations' worth of weight the measured curve keeps for each k
+CALIBRATION_MEMORY = 0.97  # weight an observation keeps per later one (the level: of any size; a factor: of its size)
+CALIBRATION_PRIOR = 1.0  # observations' worth of weight the measured curve starts with (fading like theirs)
 RATIO_LIMITS = (0.25, 4.0)  # an observed / measured ratio outside this is clipped (a stall, a page fault)
+FACTOR_LIMITS = (0.5, 2.0)  # and a ratio over the level, for a size's factor
+
+
+@dataclass
+class RunningRatio:
+    """A running mean that forgets by CALIBRATION_MEMORY per observation, starting at 1 with the
+    weight of CALIBRATION_PRIOR observations, which fades as theirs do."""
+
+    total: float = 0.0  # discounted Σ of the observations
+    count: float = 0.0  # discounted number of observations
+    prior: float = CALIBRATION_PRIOR  # the weight left to the starting value of 1
+
+    def add(self, value: float) -> None:
+        self.total = self.total * CALIBRATION_MEMORY + value
+        self.count = self.count * CALIBRATION_MEMORY + 1
+        self.prior *= CALIBRATION_MEMORY
+
+    @property
+    def mean(self) -> float:
+        return self.mean_from(1.0)
+
+    def mean_from(self, start: float) -> float:
+        """The running mean had it started at `start` (a value the caller keeps up to date)."""
+        return (self.total + self.prior * start) / (self.count + self.prior)
 
 
 @dataclass
 class Calibration:
-    """Running ratio (observed seconds) / (measured seconds) for each size, forgetting slowly. A size
-    is the k of a target pass T(k), or the γ of a drafter's proposal D(γ).
+    """Running correction of a measured curve by what real calls cost: ratio(k) = level · factor(k),
+    observed seconds over measured seconds for size k. A size is the k of a target pass T(k), or the
+    γ of a drafter's proposal D(γ); the `reference` size (1: a plain round, a one-token proposal) has
+    a factor of 1.
 
-    ratio(k) = (Σ_k discounted ratios + CALIBRATION_PRIOR · r̄) / (discounted count_k + CALIBRATION_PRIOR),
-    where r̄ is the same running ratio over all sizes (1 before any observation): a size never
-    observed takes the overall correction, and a few observations of its own move it towards them."""
+    - level: the reference size's running ratio, from every observation of any size k as r / factor(k):
+      how much dearer than measured a plain round is now (a longer context, a slower machine today);
+      it moves within some 30 rounds, plain or not.
+    - factor(k): the running mean of r / level over the observations of size k:
+      what size k cost relative to the reference size at the time, beyond the measured shape; it
+      forgets only when size k is observed again. It starts from the same mean over the
+      observations of every size but the reference (what the extra rows and their acceptance cost
+      beyond the measured shape, alike for all sizes), which a size never observed takes.
 
-    per_size: dict[int, list[float]] = field(default_factory=dict)  # k → [discounted Σ ratio, discounted count]
-    overall: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    Each starts at 1 (the measured curve) with the weight of CALIBRATION_PRIOR observations.
+
+    Kept apart, a size seen rarely keeps its cost relative to a plain round while the level follows
+    the plain rounds: with one running ratio per size, a 4-token round last seen on a short prompt was
+    priced at that prompt's level on a long one. On the 135M model at T = 1 (most rounds plain), the
+    sizes of lookups' rounds were priced 8-11% under what they cost beside the same prompt's plain
+    rounds (acceptance over k + 1 positions, a pass over more rows after many one-row passes: neither
+    is in the tight-loop measurement), and `auto` was judged to gain where it lost."""
+
+    reference: int = 1
+    per_size: dict[int, RunningRatio] = field(default_factory=dict)  # k → its factor
+    beyond: RunningRatio = field(default_factory=RunningRatio)  # every size but the reference: their factor
+    overall: RunningRatio = field(default_factory=RunningRatio)  # the level
 
     def observe(self, tokens: int, ratio: float) -> None:
         ratio = min(max(ratio, RATIO_LIMITS[0]), RATIO_LIMITS[1])
-        for total in (self.per_size.setdefault(tokens, [0.0, 0.0]), self.overall):
-            total[0] = total[0] * CALIBRATION_MEMORY + ratio
-            total[1] = total[1] * CALIBRATION_MEMORY + 1
+        level, factor = self.level(), self.factor(tokens)
+        self.overall.add(ratio / factor)
+        if tokens != self.reference:
+            relative = min(max(ratio / level, FACTOR_LIMITS[0]), FACTOR_LIMITS[1])
+            self.per_size.setdefault(tokens, RunningRatio()).add(relative)
+            self.beyond.add(relative)
+
+    def level(self) -> float:
+        return self.overall.mean
+
+    def factor(self, tokens: int, shared: float | None = None) -> float:
+        """factor(k) (`shared`: the mean over every size but the reference, when the caller has it)."""
+        if tokens == self.reference:
+            return 1.0
+        shared = self.beyond.mean if shared is None else shared
+        own = self.per_size.get(tokens)
+        return own.mean_from(shared) if own else shared
 
     def ratio(self, tokens: int) -> float:
-        return self.ratios(range(tokens, tokens + 1))[0]
+        return self.level() * self.factor(tokens)
 
     def ratios(self, sizes: range) -> list[float]:
-        """ratio(k) for each k of `sizes`, the overall ratio computed once."""
-        overall = (self.overall[0] + CALIBRATION_PRIOR) / (self.overall[1] + CALIBRATION_PRIOR)
-        out = []
-        for size in sizes:
-            ratio_sum, count = self.per_size.get(size, (0.0, 0.0))
-            out.append((ratio_sum + CALIBRATION_PRIOR * overall) / (count + CALIBRATION_PRIOR))
-        return out
+        """ratio(k) for each k of `sizes`, the level and the shared factor computed once."""
+        level, shared = self.level(), self.beyond.mean
+        return [level * self.factor(size, shared) for size in sizes]
 
     @property
     def observations(self) -> float:
-        return self.overall[1]
+        return self.overall.count
 
 
 @dataclass
