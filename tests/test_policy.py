@@ -510,29 +510,48 @@ def test_a_lookup_pays_for_the_planning_its_asks_cost():
     assert lookup_asks(0.0, pays=False) == 1000  # the control
 
 
-def model_weighings(planning_seconds: float, rounds: int = 1000) -> int:
+def model_weighings(planning_seconds: float, rounds: int = 1000) -> tuple[int, list[int]]:
     """Rounds in which a model drafter that is never accepted (a draft token costs 0.3 of a pass) was
-    weighed (its speed-ups predicted), when each round's planning took `planning_seconds` (T(1) = 1 s)."""
+    weighed (its speed-ups predicted), when each round's planning took `planning_seconds` (T(1) = 1 s);
+    and the rounds it drafted (its probes)."""
     cost_model = costs(0.3, model=0.3)
     cost_model.calibrate = False
     policy = AdaptivePolicy(cost_model, ["model"], max_gamma=8)
-    weighed = 0
-    for _ in range(rounds):
+    weighed, drafted = 0, []
+    for round_number in range(rounds):
         plan = policy.choose()
         weighed += bool(policy.weighed)
+        if plan.drafter is not None:
+            drafted.append(round_number)
         policy.observe(plan, plan.gamma, 0, planning_seconds=planning_seconds if policy.weighed else 0.0)
-    return weighed
+    return weighed, drafted
 
 
-def test_a_model_drafter_pays_for_being_weighed():
-    """Predicting a model drafter's speed-ups every round costs time too (0.05 of a pass here): charged
-    for it, a drafter that never pays is weighed at most (LOSS_START + 1,000 · LOSS_SHARE) / 0.05 + 1
-    of 1,000 rounds (its probes take from the same allowance), and the other rounds are plain at once.
-    The control: told nothing of the planning, it is weighed in every round its probes' losses leave
-    it (647, deterministic), past that bound."""
+def test_a_model_drafter_pays_for_being_weighed(monkeypatch):
+    """Predicting a model drafter's speed-ups costs time too (0.05 of a pass here): charged for it, a
+    drafter that never pays is weighed at most (LOSS_START + 1,000 · LOSS_SHARE) / 0.05 + 1 of 1,000
+    rounds (its probes take from the same allowance), and the other rounds are plain at once. Weighed
+    every round (REWEIGH_AFTER = 1, so that the allowance alone is tested). The control: told nothing
+    of the planning, it is weighed in every round its probes' losses leave it (647, deterministic),
+    past that bound."""
+    monkeypatch.setattr(policy_module, "REWEIGH_AFTER", 1)
     bound = (LOSS_START + 1000 * LOSS_SHARE) / 0.05 + 1
-    assert model_weighings(0.05) <= bound
-    assert model_weighings(0.0) > bound  # the control
+    assert model_weighings(0.05)[0] <= bound
+    assert model_weighings(0.0)[0] > bound  # the control
+
+
+def test_a_model_drafter_predicted_to_lose_is_weighed_every_8_rounds(monkeypatch):
+    """Told nothing of the planning, a model drafter that never pays is weighed once in REWEIGH_AFTER
+    (8) rounds, and when a probe is due: at most 1,000 / 8 + its probes + 1 of 1,000 rounds, and it
+    is probed in the very rounds it is when weighed every round. The control: weighed every round
+    (REWEIGH_AFTER = 1), it is weighed 647 times, past that bound."""
+    weighed, probes = model_weighings(0.0)
+    assert weighed <= 1000 / policy_module.REWEIGH_AFTER + len(probes) + 1
+    monkeypatch.setattr(policy_module, "REWEIGH_AFTER", 1)
+    every_round, same_probes = model_weighings(0.0)
+    assert same_probes == probes
+    assert every_round > 1000 / 8 + len(probes) + 1  # the control
+
 
 def resting_drafter_losses(rounds: int, told: bool) -> tuple[float, float]:
     """One model drafter that is never accepted and that, when chosen, first reads every token

@@ -28,6 +28,12 @@ weighed with the catch-up it would pay first. When even that is below 1, specula
 to lose: it decodes plainly, and comes back later with one probe round (which refreshes α) after a
 cool-down that doubles while probes keep losing (8, 16, ... 128 rounds) and resets once one pays.
 A drafter that even the prior predicts to lose (a costly one) is first probed after 8 plain rounds.
+While the model drafters (all but the lookups asked first) are all predicted to lose, they are
+weighed again only after REWEIGH_AFTER (8) rounds, or at once when a probe is due or the batch's
+size changed (the pass's price with it): their estimates
+move slowly while they rest (fading, and the catch-up growing), and predicting them every round
+cost ~50 µs, ~1% of a 135M round, which `auto` paid at T = 1 beside lookups that barely pay. A
+drafter that turns out to pay is noticed at most 8 rounds late.
 
 What speculation may lose is capped, whatever the estimates say. Each of the D drafters has an
 allowance (`bank`, in one-token passes) that every round adds LOSS_SHARE / D to (0.5% of a pass a
@@ -116,6 +122,7 @@ LONG_MEMORY = 0.995  # the long-run estimate's forgetting per observation (some 
 LOSS_SHARE = 0.005  # speculation may lose this share of a one-token pass per round (its allowance)...
 LOSS_BANK = 16.0  # ...plus what gains banked, at most this many one-token passes...
 LOSS_START = 2.0  # ...starting from this many (so that the first rounds' luck does not stop it at once)
+REWEIGH_AFTER = 8  # rounds before model drafters all predicted to lose are weighed again (a probe due: at once)
 
 
 @dataclass(frozen=True)
@@ -305,6 +312,8 @@ class AdaptivePolicy:
         self.asked: dict[int, float] = {}  # this round's lookups asked → what their asks were priced at (passes)
         self.weighed: list[int] = []  # this round's drafters asked or predicted: who the planning was for
         self.behind: dict[int, int] = {}  # this round's model drafters → committed tokens they would read first
+        self.weigh_models_at = 0  # the round from which the model drafters are weighed again (`REWEIGH_AFTER`)...
+        self.judged_rows = 1  # ...or a round with other than the rows they were judged with
         self.decisions: list[dict] = []  # the choices, logged when they change
 
     def continue_from(self, earlier: AdaptivePolicy, keep: float = CARRY) -> None:
@@ -390,7 +399,9 @@ class AdaptivePolicy:
         share = LOSS_SHARE / len(self.names)
         self.bank = [min(bank + share, LOSS_BANK) for bank in self.bank]
         self.asked = {}
-        predicted = [i for i, first in enumerate(self.looks_first) if not first and self._allowed(i)]
+        weigh_models = (not self.may_fall_back or self.rounds >= self.weigh_models_at
+                        or self.plain_streak >= self.cooldown or rows != self.judged_rows)
+        predicted = [i for i, first in enumerate(self.looks_first) if not first and self._allowed(i) and weigh_models]
         self.weighed = [*(proposals or {}), *predicted]
         if not predicted and not any(len(draft) for draft in (proposals or {}).values()):
             # nothing to weigh: no lookup was asked or none found anything, and no other drafter may
@@ -410,6 +421,8 @@ class AdaptivePolicy:
         offers = [offer for index, draft in (proposals or {}).items() if (offer := self.offer(index, draft, rows, passes))]
         best = max(predictions, key=lambda x: (x[0], -x[2])) if predictions else None
         offered = max(offers, key=lambda x: (x[0], -x[2])) if offers else None
+        if best and best[0] < 1:  # predicted to lose: weighed again in REWEIGH_AFTER rounds, or for a probe
+            self.weigh_models_at, self.judged_rows = self.rounds + REWEIGH_AFTER, rows
         # the reasons are written only if read (the decision log, a trace), before the round is observed
         why_best = functools.partial(self._why, *best) if best else None
         if best and (best[0] >= 1 or not self.may_fall_back):
@@ -523,7 +536,10 @@ class AdaptivePolicy:
 
     def _nothing_found(self) -> str:
         """Why a plain round where no drafter had anything to weigh."""
-        return self._spent() or "plain: no lookup found anything worth verifying"
+        resting = [self.names[i] for i, first in enumerate(self.looks_first) if not first and self._allowed(i)]
+        rest = (f"; {', '.join(resting)}, predicted to lose, weighed again in "
+                f"{self.weigh_models_at - self.rounds} rounds" if resting and self.rounds < self.weigh_models_at else "")
+        return self._spent() or f"plain: no lookup found anything worth verifying{rest}"
 
     def _spent(self) -> str:
         """Why a plain round where some drafters' allowances are spent: "" when none is."""
