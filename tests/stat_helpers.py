@@ -1,4 +1,4 @@
-"""Goodness-of-fit helpers for the distribution tests, and the deliberately wrong verifier.
+"""Goodness-of-fit helpers for the distribution tests, and the deliberately wrong verifiers.
 
 `gof_pvalue` runs Pearson's chi-square test of observed counts against exact probabilities. Cells
 whose expected count is below 5 are pooled into one cell (the usual validity rule); an observation
@@ -57,6 +57,21 @@ def residual_from_p(draft_tokens, p, q, generator, details=None):
     rows = torch.arange(p.shape[0], device=p.device)
     redo = torch.multinomial(p[rows, num_accepted], 1, generator=generator).squeeze(1)
     return num_accepted, redo
+
+
+def patch_chain_rule(monkeypatch, module, wrong) -> None:
+    """Put the wrong chain rule `wrong` (as `speculative_sample` is called) in `module`'s place of both
+    chain rules: `speculative_sample` and `point_mass_sample` (a lookup's point mass at T > 0, which
+    computes p itself), so that every sampled chain round the engine verifies uses it."""
+    from specdec.sampling import logits_to_probs
+
+    def on_point_mass(draft_tokens, logits, params, generator, details=None):
+        num_accepted, next_token = wrong(torch.tensor([draft_tokens]), logits_to_probs(logits[None], params), None,
+                                         generator, details)
+        return int(num_accepted[0]), int(next_token[0])
+
+    monkeypatch.setattr(module, "speculative_sample", wrong)
+    monkeypatch.setattr(module, "point_mass_sample", on_point_mass)
 
 
 def tree_accept_first_children(tree, p, generator, details=None):

@@ -18,7 +18,7 @@ from specdec.decode import batch as batch_module
 from specdec.decode.batch import PREFILL_CHUNK, Batch
 from specdec.decode.engine import Engine, GenerationConfig
 from specdec.sampling import SamplingParams
-from stat_helpers import ALPHA, accept_everything, tree_accept_first_children
+from stat_helpers import ALPHA, accept_everything, patch_chain_rule, tree_accept_first_children
 from whole_runs import PROMPT, RUNS, TOP_K_LAW, auto_engine, drafters, law_pvalue
 
 PROMPTS = [PROMPT, [3, 4, 5], [7, 30, 5, 9, 12, 7, 8, 3, 44, 2, 9, 9, 9, 5, 9, 12, 7], [2], [8, 8, 8, 8, 8, 8, 8, 8],
@@ -106,7 +106,7 @@ def test_batched_rows_follow_the_target_distribution(tiny_target, draft_model, f
 
 
 def test_batched_rows_negative_control(tiny_target, draft_model, first_tokens_law, monkeypatch):
-    monkeypatch.setattr(batch_module, "speculative_sample", accept_everything)
+    patch_chain_rule(monkeypatch, batch_module, accept_everything)
     monkeypatch.setattr(batch_module, "tree_sample", tree_accept_first_children)
     assert batched_pvalue(Engine(tiny_target, drafters(tiny_target, draft_model)["draft"]), first_tokens_law) < ALPHA
 
@@ -127,7 +127,7 @@ def test_batched_rows_with_the_adaptive_policy_follow_the_target_distribution(ti
 
 def test_batched_rows_with_the_adaptive_policy_negative_control(tiny_target, draft_model, first_tokens_law,
                                                                 monkeypatch):
-    monkeypatch.setattr(batch_module, "speculative_sample", accept_everything)
+    patch_chain_rule(monkeypatch, batch_module, accept_everything)
     monkeypatch.setattr(batch_module, "tree_sample", tree_accept_first_children)
     assert batched_pvalue(flat_auto_engine(tiny_target, draft_model), first_tokens_law, "auto") < ALPHA
 

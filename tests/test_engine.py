@@ -34,7 +34,7 @@ from specdec.errors import SpecdecError
 from specdec.runtime import load_model
 from specdec.runtime.tokenizer import IncrementalDetokenizer
 from specdec.sampling import SamplingParams
-from stat_helpers import ALPHA, accept_everything, residual_from_p, tree_accept_first_children
+from stat_helpers import ALPHA, accept_everything, patch_chain_rule, residual_from_p, tree_accept_first_children
 from whole_runs import (PROMPT, RUNS, SPECULATIVE_KINDS, TOP_K_LAW, TOP_P_LAW, LawSetting, auto_engine, drafters,
                         law_pvalue, lookup, synthetic_costs)
 
@@ -239,7 +239,7 @@ def test_a_chain_that_stops_by_its_confidence_follows_the_target_distribution(ti
 
 def test_a_chain_that_stops_by_its_confidence_negative_control(tiny_target, draft_model, first_tokens_law,
                                                                monkeypatch):
-    monkeypatch.setattr(batch_module, "speculative_sample", accept_everything)
+    patch_chain_rule(monkeypatch, batch_module, accept_everything)
     assert sampled_pvalue(confident_chain(tiny_target, draft_model), first_tokens_law, "auto") < ALPHA
 
 
@@ -258,14 +258,14 @@ def test_whole_generations_with_the_adaptive_policy_follow_the_target_distributi
 
 def test_whole_generations_with_the_adaptive_policy_negative_control(tiny_target, draft_model, first_tokens_law,
                                                                       monkeypatch):
-    monkeypatch.setattr(batch_module, "speculative_sample", accept_everything)
+    patch_chain_rule(monkeypatch, batch_module, accept_everything)
     monkeypatch.setattr(batch_module, "tree_sample", tree_accept_first_children)
     assert sampled_pvalue(auto_engine(tiny_target, draft_model), first_tokens_law, "auto") < ALPHA
 
 
 @pytest.mark.parametrize("kind", SPECULATIVE_KINDS)
 def test_whole_generations_negative_control(tiny_target, draft_model, first_tokens_law, kind, monkeypatch):
-    monkeypatch.setattr(batch_module, "speculative_sample", accept_everything)
+    patch_chain_rule(monkeypatch, batch_module, accept_everything)
     monkeypatch.setattr(batch_module, "tree_sample", tree_accept_first_children)
     drafter = drafters(tiny_target, draft_model)[kind]
     assert sampled_pvalue(Engine(tiny_target, drafter), first_tokens_law) < ALPHA
@@ -284,7 +284,7 @@ def test_whole_generations_with_top_p_follow_the_target_distribution(tiny_target
 
 @pytest.mark.parametrize("kind", TOP_P_KINDS)
 def test_whole_generations_with_top_p_negative_control(tiny_target, draft_model, top_p_law, kind, monkeypatch):
-    monkeypatch.setattr(batch_module, "speculative_sample", accept_everything)
+    patch_chain_rule(monkeypatch, batch_module, accept_everything)
     monkeypatch.setattr(batch_module, "tree_sample", tree_accept_first_children)
     drafter = drafters(tiny_target, draft_model)[kind]
     assert sampled_pvalue(Engine(tiny_target, drafter), top_p_law, setting=TOP_P_LAW) < ALPHA
@@ -313,6 +313,6 @@ def test_whole_generations_negative_control_resampling_from_p(tiny_target, draft
     its own wrong tree rules); and the adaptive policy's runs showed no detectable change (p from
     0.00076 to 0.88 over 10 seed blocks, noncentrality about 1).
     """
-    monkeypatch.setattr(batch_module, "speculative_sample", residual_from_p)
+    patch_chain_rule(monkeypatch, batch_module, residual_from_p)
     drafter = drafters(tiny_target, draft_model)[kind]
     assert sampled_pvalue(Engine(tiny_target, drafter), first_tokens_law) < ALPHA

@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from specdec.sampling import SamplingParams, logits_to_probs
-from specdec.decode.verify import speculative_sample, speculative_sample_reference, verify_greedy
+from specdec.decode.verify import point_mass_sample, speculative_sample, speculative_sample_reference, verify_greedy
 from stat_helpers import ALPHA, accept_everything, gof_pvalue, residual_from_p
 
 VOCAB, GAMMA, SAMPLES = 6, 2, 200_000
@@ -160,6 +160,56 @@ def test_fast_path_equals_reference(gamma, use_q):
     assert torch.equal(fast[0], slow[0]) and torch.equal(fast[1], slow[1])
     if gamma:
         assert 0 < fast[0].float().mean() < gamma  # both accepting and rejecting rows were exercised
+
+
+POINT_MASS_SETTINGS = [SamplingParams(temperature=1.0), SamplingParams(temperature=0.7, top_p=0.9),
+                       SamplingParams(temperature=1.3, top_k=20)]
+
+
+def point_mass_cases(cases: int = 600):
+    """Seeded rounds of a point-mass chain: (seed, draft tokens, logits [γ+1, V], params), γ 1..6, vocabularies
+    of 7, 100 and 49,152 (the default model's), drafts drawn from p (so that runs of them are accepted)
+    and one in five starting with p's least likely token (rejected at once)."""
+    for seed in range(cases):
+        gen = torch.Generator().manual_seed(seed)
+        gamma, vocab = seed % 6 + 1, (7, 100, 49_152)[seed % 3]
+        params = POINT_MASS_SETTINGS[(seed // 3) % 3] if vocab > 20 else POINT_MASS_SETTINGS[0]
+        logits = torch.randn(gamma + 1, vocab, generator=gen) * 3  # [γ+1, V]
+        p = logits_to_probs(logits, params)  # [γ+1, V]
+        draft = torch.multinomial(p[:gamma], 1, generator=gen)[:, 0].tolist()
+        if seed % 5 == 0:
+            draft[0] = int(p[0].argmin())
+        yield seed, draft, logits, params
+
+
+def test_point_mass_sample_equals_the_chain_rule_over_the_whole_p():
+    """`point_mass_sample` (p only where the test reaches) returns what `speculative_sample` does over
+    the whole processed p with q = None, seeded alike, bit for bit (the same uniforms, residual and
+    draw), with the same uniforms and residual for the trace; 600 rounds, rejected at every position
+    and accepted whole."""
+    accepted, whole = set(), 0
+    for seed, draft, logits, params in point_mass_cases():
+        full_details, lazy_details = {}, {}
+        n, token = speculative_sample(torch.tensor([draft]), logits_to_probs(logits[None], params), None,
+                                      torch.Generator().manual_seed(seed), full_details)
+        assert point_mass_sample(draft, logits, params, torch.Generator().manual_seed(seed), lazy_details) == \
+            (int(n[0]), int(token[0])), seed
+        assert all(torch.equal(full_details[key], lazy_details[key]) for key in ("uniforms", "residual")), seed
+        accepted.add(int(n[0]))
+        whole += int(n[0]) == len(draft)
+    assert accepted == set(range(6)) and whole > 10  # rejections at every position, and whole chains accepted
+
+
+def test_point_mass_sample_comparison_negative_control():
+    """The same comparison must catch a rule that reads p one position late (the bonus position's
+    logits repeated): it differs on many of the same rounds."""
+    differ = 0
+    for seed, draft, logits, params in point_mass_cases(200):
+        n, token = speculative_sample(torch.tensor([draft]), logits_to_probs(logits[None], params), None,
+                                      torch.Generator().manual_seed(seed))
+        late = torch.cat([logits[1:], logits[-1:]])  # [γ+1, V]: p_{i+1} where p_i belongs
+        differ += point_mass_sample(draft, late, params, torch.Generator().manual_seed(seed)) != (int(n[0]), int(token[0]))
+    assert differ > 50
 
 
 def test_greedy_accepts_longest_matching_prefix():

@@ -47,7 +47,7 @@ from specdec.sampling import SamplingParams, argmax, logits_to_probs, sample
 from specdec.records.stats import GenerationStats
 from specdec.records.trace import ACCEPTED, BONUS, CORRECTED, TARGET, RoundTrace, trace_round, trace_tree_round
 from specdec.tree import TokenTree, kept_slots, tree_inputs
-from specdec.decode.verify import speculative_sample, tree_sample, verify_greedy, verify_tree_greedy
+from specdec.decode.verify import point_mass_sample, speculative_sample, tree_sample, verify_greedy, verify_tree_greedy
 
 PLAIN_ROUND = RoundPlan(None, 0, 1.0, "no drafter")
 PREFILL = RoundPlan(None, 0, 1.0, "the prefill: one pass over the prompt gives the first token")
@@ -268,13 +268,17 @@ class Row:
         details = {} if self.config.trace else None  # the draws and the residual, for the trace
         p = None
         if self.tree is None:
-            draft_ids = torch.tensor([draft.tokens], device=logits.device, dtype=torch.long)  # [1, k]
-            if params.greedy:
-                num_accepted, next_token = verify_greedy(draft_ids, logits[None])
+            if not params.greedy and draft.q is None and draft.tokens:  # a lookup's point mass: p is computed
+                # only at the positions the test reaches
+                num_accepted, next_token = point_mass_sample(draft.tokens, logits, params, self.generator, details)
             else:
-                p = logits_to_probs(logits[None], params)  # [1, k+1, V]
-                q = None if draft.q is None else draft.q[None]  # [1, k, V]
-                num_accepted, next_token = speculative_sample(draft_ids, p, q, self.generator, details)
+                draft_ids = torch.tensor([draft.tokens], device=logits.device, dtype=torch.long)  # [1, k]
+                if params.greedy:
+                    num_accepted, next_token = verify_greedy(draft_ids, logits[None])
+                else:
+                    p = logits_to_probs(logits[None], params)  # [1, k+1, V]
+                    q = None if draft.q is None else draft.q[None]  # [1, k, V]
+                    num_accepted, next_token = speculative_sample(draft_ids, p, q, self.generator, details)
             n = int(num_accepted)
             accepted_tokens, full = draft.tokens[:n], n == len(draft)
             self.cache.truncate(self.committed_len + 1 + n)  # keep the last committed token and the accepted drafts

@@ -21,14 +21,17 @@ mismatch (or after the last draft). Ties go to the lowest id (as `torch.argmax`;
 
 Each function takes a batch of independent rounds (B rows; the engine passes B = 1, the statistical
 tests pass B = 200,000). `speculative_sample` is the fast path; `speculative_sample_reference` is a
-plain loop with the same random draws, tested equal to it.
+plain loop with the same random draws, tested equal to it. `point_mass_sample` is the engine's rule for
+one row's point-mass chain at T > 0: the same draws and results as `speculative_sample` over the whole
+p, but it computes p only at the positions the test reaches (at T = 1 most lookup drafts are rejected
+at the first, and the processed p of the others was most of the round's acceptance time).
 """
 
 from __future__ import annotations
 
 import torch
 
-from specdec.sampling import argmax, sample
+from specdec.sampling import SamplingParams, argmax, logits_to_probs, sample
 from specdec.tree import TokenTree
 
 
@@ -82,6 +85,41 @@ def speculative_sample(
     if details is not None:
         details.update(uniforms=uniforms, residual=residual)
     return num_accepted, next_token
+
+
+def point_mass_sample(
+    draft_tokens: list[int],  # γ ≥ 1 tokens of one row's point-mass proposal (q = None)
+    logits: torch.Tensor,  # [γ+1, V] the target's logits at the row's positions
+    params: SamplingParams,  # not greedy
+    generator: torch.Generator,
+    details: dict | None = None,  # as in `speculative_sample`
+) -> tuple[int, int]:  # (num_accepted, next_token)
+    """`speculative_sample(tensor([draft_tokens]), logits_to_probs(logits[None], params), None, ...)`:
+    the same uniforms (all γ first), the same residual and draw, so seeded alike the same tokens; p_i
+    is computed only for the positions the test reaches (one row of `logits_to_probs` each: the
+    transform is row by row)."""
+    gamma = len(draft_tokens)
+    uniforms = torch.rand(1, gamma, generator=generator, device=logits.device)  # [1, γ]
+    bounds = uniforms[0].tolist()
+    for i, token in enumerate(draft_tokens):
+        p_i = logits_to_probs(logits[i:i + 1], params)  # [1, V]
+        if bounds[i] < float(p_i[0, token]):  # u < p/q with q = 1
+            continue
+        residual = p_i.clone()
+        residual[0, token] = 0.0  # max(0, p_i − one-hot(x_i)): p_i without x_i
+        return i, _draw_residual(residual, p_i, generator, uniforms, details)
+    p_last = logits_to_probs(logits[gamma:], params)  # [1, V]: the bonus position, residual = p
+    return gamma, _draw_residual(p_last, p_last, generator, uniforms, details)
+
+
+def _draw_residual(residual: torch.Tensor, p: torch.Tensor, generator: torch.Generator, uniforms: torch.Tensor,
+                   details: dict | None) -> int:
+    """One draw from norm(residual) [1, V] (p [1, V] where the residual has no mass: float round-off)."""
+    mass = residual.sum(-1, keepdim=True)  # [1, 1]
+    residual = torch.where(mass > 0, residual / mass.clamp(min=1e-30), p)
+    if details is not None:
+        details.update(uniforms=uniforms, residual=residual)
+    return int(sample(residual, generator))
 
 
 def speculative_sample_reference(
