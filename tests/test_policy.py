@@ -9,7 +9,8 @@ import pytest
 from specdec.control.cost_model import CostModel, DraftCost, best_batch
 from specdec.drafters.base import Draft
 import specdec.control.policy as policy_module
-from specdec.control.policy import COOLDOWN_FIRST, COOLDOWN_MAX, LOSS_SHARE, LOSS_START, AdaptivePolicy, PositionAcceptance
+from specdec.control.policy import (COOLDOWN_FIRST, COOLDOWN_MAX, LOSS_SHARE, LOSS_START, REFILL_FLOOR, AdaptivePolicy,
+                                    PositionAcceptance)
 from specdec.control.theory import best_gamma, expected_tokens_per_pass
 
 
@@ -101,7 +102,9 @@ def test_high_acceptance_drafts_long():
     assert all(p.gamma == 8 for p in plans[-20:]), [p.gamma for p in plans]
 
 
-def test_a_losing_drafter_falls_back_to_plain_and_probes_with_growing_cooldowns():
+def test_a_losing_drafter_falls_back_to_plain_and_probes_with_growing_cooldowns(monkeypatch):
+    monkeypatch.setattr(policy_module, "REFILL_FLOOR", 1.0)  # the cooldowns alone (the allowance refills as it
+    # would at first: a probe loses 0.5 of a pass, refilled in 100 rounds, within the longest cooldown)
     policy = AdaptivePolicy(costs(0.0, d=0.5), ["d"], max_gamma=8, prior=0.6)
     plans = run(policy, {"d": 0.0}, rounds=700)
     probes = [i for i, p in enumerate(plans) if p.drafter is not None]
@@ -426,6 +429,21 @@ def test_what_speculation_loses_stays_within_its_allowance(prior, monkeypatch):
         assert unbounded > bound, (unbounded, bound)
 
 
+def test_a_drafter_that_keeps_losing_refills_its_allowance_slower(monkeypatch):
+    """Nothing ever pays (as above, 10 requests of 200 rounds, hopeful prior 0.9): each losing round
+    halves a drafter's refill, down to REFILL_FLOOR (1/8) of its share, so what the probes lose stays
+    within 2 · LOSS_START + LOSS_SHARE · (REFILL_FLOOR · 2,000 + 100) + the worst rounds (12.95 one-token
+    passes; the 100 rounds allow for the first losing rounds, before the refill reaches its floor:
+    they come in the first ~30). Measured: 6.3. Deterministic; the control, refilled at the full share
+    (REFILL_FLOOR = 1), loses 15.3, past that bound."""
+    lost, rounds, worst = losing_requests(10, 200, 0.9)
+    bound = 2 * LOSS_START + LOSS_SHARE * (REFILL_FLOOR * rounds + 100) + worst
+    assert 0 < lost <= bound, (lost, bound)
+    monkeypatch.setattr(policy_module, "REFILL_FLOOR", 1.0)
+    full, _, _ = losing_requests(10, 200, 0.9)
+    assert full > bound, (full, bound)
+
+
 def test_a_drafter_that_lost_its_allowance_does_not_stop_one_that_pays():
     """A model drafter that is never accepted spends its own allowance and is then probed only as its
     share of the allowance refills, while a lookup whose long matches are always accepted goes on drafting in every round that
@@ -531,10 +549,11 @@ def test_a_model_drafter_pays_for_being_weighed(monkeypatch):
     """Predicting a model drafter's speed-ups costs time too (0.05 of a pass here): charged for it, a
     drafter that never pays is weighed at most (LOSS_START + 1,000 · LOSS_SHARE) / 0.05 + 1 of 1,000
     rounds (its probes take from the same allowance), and the other rounds are plain at once. Weighed
-    every round (REWEIGH_AFTER = 1, so that the allowance alone is tested). The control: told nothing
-    of the planning, it is weighed in every round its probes' losses leave it (647, deterministic),
-    past that bound."""
+    every round (REWEIGH_AFTER = 1, so that the allowance alone is tested), refilled at its full share
+    (REFILL_FLOOR = 1: losing probes do not slow it). The control: told nothing of the planning, it is
+    weighed in every round its probes' losses leave it (647, deterministic), past that bound."""
     monkeypatch.setattr(policy_module, "REWEIGH_AFTER", 1)
+    monkeypatch.setattr(policy_module, "REFILL_FLOOR", 1.0)
     bound = (LOSS_START + 1000 * LOSS_SHARE) / 0.05 + 1
     assert model_weighings(0.05)[0] <= bound
     assert model_weighings(0.0)[0] > bound  # the control
@@ -544,7 +563,9 @@ def test_a_model_drafter_predicted_to_lose_is_weighed_every_8_rounds(monkeypatch
     """Told nothing of the planning, a model drafter that never pays is weighed once in REWEIGH_AFTER
     (8) rounds, and when a probe is due: at most 1,000 / 8 + its probes + 1 of 1,000 rounds, and it
     is probed in the very rounds it is when weighed every round. The control: weighed every round
-    (REWEIGH_AFTER = 1), it is weighed 647 times, past that bound."""
+    (REWEIGH_AFTER = 1), it is weighed 647 times, past that bound. Refilled at its full share
+    (REFILL_FLOOR = 1), so that it is probed often enough to compare."""
+    monkeypatch.setattr(policy_module, "REFILL_FLOOR", 1.0)
     weighed, probes = model_weighings(0.0)
     assert weighed <= 1000 / policy_module.REWEIGH_AFTER + len(probes) + 1
     monkeypatch.setattr(policy_module, "REWEIGH_AFTER", 1)

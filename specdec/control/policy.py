@@ -48,9 +48,14 @@ tight-loop price of a suffix lookup is 0.01 ms) is taken from the drafters weigh
 predicted) in equal parts, since a round that weighs none plans nothing (it is plain at once); gains bank at most LOSS_BANK (16) passes, and it starts at
 LOSS_START (2). A drafter whose allowance is below zero is neither asked nor chosen, probes and
 retries included; the others go on, so a model drafter that lost does not stop a lookup that pays.
+Each round of a drafter that loses halves the rate at which its allowance refills, down to
+REFILL_FLOOR (1/8) of its share; a round that gains restores it: a drafter that keeps losing (a model
+drafter whose probes never pay at this temperature) is probed 8 times less often, and one that
+gains now and then (a lookup) refills at its full share.
 So from the engine's first round, over n rounds speculation loses at most 0.005·n one-token passes,
 plus D · LOSS_START, plus each drafter's one worst round (the one that took its allowance below
-zero): at most 0.5% of plain decoding's time beyond those constants; over rounds that begin later, it
+zero): at most 0.5% of plain decoding's time beyond those constants, and over long runs where no
+round of a drafter pays, its share of that falls to an eighth; over rounds that begin later, it
 may also give back what the allowances banked of earlier gains (at most D · LOSS_BANK). (The share
 was 1%; with the planning's own cost, ~1% of a 6 ms round of the 135M model, that left `auto` up to
 2-3% behind the best single lookup where no model drafter pays. The bank held 6 passes: greedy
@@ -123,6 +128,7 @@ LOSS_SHARE = 0.005  # speculation may lose this share of a one-token pass per ro
 LOSS_BANK = 16.0  # ...plus what gains banked, at most this many one-token passes...
 LOSS_START = 2.0  # ...starting from this many (so that the first rounds' luck does not stop it at once)
 REWEIGH_AFTER = 8  # rounds before model drafters all predicted to lose are weighed again (a probe due: at once)
+REFILL_FLOOR = 0.125  # each losing round of a drafter halves its allowance's refill, down to this share of it
 
 
 @dataclass(frozen=True)
@@ -309,6 +315,7 @@ class AdaptivePolicy:
         # a round, plus what its rounds gained (at most LOSS_BANK), less what they (and asking it) lost;
         # below 0 it is neither asked nor chosen
         self.bank = [LOSS_START] * len(drafter_names)
+        self.refill = [1.0] * len(drafter_names)  # of each one's share of LOSS_SHARE: halved by a losing round
         self.asked: dict[int, float] = {}  # this round's lookups asked → what their asks were priced at (passes)
         self.weighed: list[int] = []  # this round's drafters asked or predicted: who the planning was for
         self.behind: dict[int, int] = {}  # this round's model drafters → committed tokens they would read first
@@ -329,6 +336,7 @@ class AdaptivePolicy:
         self.by_confidence = [c.faded_copy(keep) for c in earlier.by_confidence]
         self.cooldown, self.plain_streak = earlier.cooldown, earlier.plain_streak
         self.bank = list(earlier.bank)  # and so do the allowances: short requests do not each get fresh ones
+        self.refill = list(earlier.refill)
 
     @property
     def asks_first(self) -> list[int]:
@@ -397,7 +405,7 @@ class AdaptivePolicy:
         self.rows = rows
         self.behind = behind or {}
         share = LOSS_SHARE / len(self.names)
-        self.bank = [min(bank + share, LOSS_BANK) for bank in self.bank]
+        self.bank = [min(bank + share * refill, LOSS_BANK) for bank, refill in zip(self.bank, self.refill)]
         self.asked = {}
         weigh_models = (not self.may_fall_back or self.rounds >= self.weigh_models_at
                         or self.plain_streak >= self.cooldown or rows != self.judged_rows)
@@ -509,6 +517,7 @@ class AdaptivePolicy:
             return  # a plain round: no evidence, and nothing fades (coming back is the probes' job)
         loss = self._loss(plan.drafter, drafted, accepted, caught_up)
         self.bank[plan.drafter] = min(self.bank[plan.drafter] - loss, LOSS_BANK)
+        self.refill[plan.drafter] = 1.0 if loss <= 0 else max(REFILL_FLOOR, self.refill[plan.drafter] / 2)
         for index, acceptance in enumerate(self.acceptance):
             if index == plan.drafter:
                 acceptance.observe(drafted, accepted)
@@ -547,7 +556,7 @@ class AdaptivePolicy:
         if not spent:
             return ""
         share = LOSS_SHARE / len(self.names)
-        waits = ", ".join(f"{self.names[i]} in {-self.bank[i] / share:.0f}" for i in spent)
+        waits = ", ".join(f"{self.names[i]} in {-self.bank[i] / (share * self.refill[i]):.0f}" for i in spent)
         return (f"plain: speculation lost more than its allowance ({LOSS_SHARE:.1%} of a pass a round, shared "
                 f"by the drafters) with {', '.join(self.names[i] for i in spent)}; rounds until each may draft again: {waits}")
 
