@@ -189,6 +189,25 @@ def test_a_rare_size_keeps_its_relative_cost_when_the_level_moves():
     assert costs.target_pass(4) / costs.target_pass(1) == pytest.approx(1.0, rel=0.01)
 
 
+def test_a_runs_analysis_prices_its_passes_by_the_whole_run_not_its_last_rounds():
+    """A run whose 100 first 4-token rounds cost 1.4 plain rounds and whose 100 last cost 1.0: the
+    analysis (`observed_pass`) prices T(4) / T(1) at the mean over all of them, 1.2 (each factor
+    counted against the level of its time), while the policy's running price has moved to the last
+    rounds' (within 5% of 1.0: the control, what the analysis read at a run's end before, and a
+    prediction that moved with the last prompt)."""
+    costs = CostModel({1: 1.0, 4: 1.0})
+    for ratio, repeats in ((1.4, 100), (1.0, 100)):
+        for _ in range(repeats):
+            for _ in range(9):
+                costs.observe_round(1, 1.0)
+            costs.observe_round(4, ratio)
+    lifetime = costs.observed_pass(4) / costs.observed_pass(1)
+    assert lifetime == pytest.approx(1.2, rel=0.01)
+    assert costs.target_pass(4) / costs.target_pass(1) == pytest.approx(1.0, rel=0.05)  # the control
+    costs.calibrate = False  # calibration off: the measured curve
+    assert costs.observed_pass(4) == costs.measured_pass(4) == 1.0
+
+
 def test_proposals_observed_correct_the_draft_costs():
     costs = CostModel({1: 1.0, 2: 1.5}, {"draft": DraftCost(0.01, 0.1), "ngram": DraftCost(0.0, 0.0)})
     assert costs.draft_seconds("draft", 3) == pytest.approx(0.31)  # nothing observed: as measured

@@ -9,7 +9,9 @@ For each drafter that drafted in a run:
     d          its draft seconds in the run per round, relative to T(1): what its proposals cost,
                those that found nothing included (a lookup is asked in rounds it does not draft in)
     n          the mean number of draft tokens its passes verified, rounded (a chain: γ; a tree: its nodes)
-    v          the measured cost of a pass over n+1 tokens, relative to T(1)
+    v          the cost of a pass over n+1 tokens relative to T(1), both as the engine's rounds of those
+               sizes cost on average over its life (`CostModel.observed_pass`: the measured curve,
+               calibrated by every round it observed; the policy prices by the recent ones)
     predicted  (f·E + (1 − f)) / (f·v + (1 − f) + d): the drafting rounds at E tokens each, plain
                steps for the rest, where E is the acceptance model's tokens per drafting round,
                averaged over the draft lengths the run proposed. The model (`acceptance_model`) is
@@ -45,19 +47,19 @@ def plain_rate(stats: GenerationStats, costs: CostModel, measured: float | None 
     plain = stats.by_drafter.get("plain")
     if plain and plain.rounds >= MIN_PLAIN_ROUNDS and plain.verify_seconds > 0:
         return plain.committed / (plain.draft_seconds + plain.verify_seconds), "plain rounds of this run"
-    return 1 / costs.target_pass(1), "cost model T(1)"
+    return 1 / costs.observed_pass(1), "cost model T(1)"
 
 
 def _tally_model(name: str, tally, costs: CostModel) -> dict:
     """The acceptance models' inputs and outputs for one drafter's rounds (per round, in one-token passes)."""
-    one_pass = costs.target_pass(1)
+    one_pass = costs.observed_pass(1)
     gamma = max(1, round(tally.drafted / tally.drafting_rounds))
     verified = max(1, round(tally.verified_tokens / tally.drafting_rounds))
     share = tally.drafting_rounds / tally.rounds
     alpha = tally.accepted / tally.drafted
     c = tally.draft_seconds / tally.drafted / one_pass
     draft = tally.draft_seconds / tally.rounds / one_pass  # per round, proposals that found nothing included
-    verify = costs.target_pass(verified + 1) / one_pass
+    verify = costs.observed_pass(verified + 1) / one_pass
     lengths = tally.lengths or {gamma: tally.drafting_rounds}  # draft positions → rounds (older records: the mean)
 
     def mean_tokens(expected) -> float:  # tokens per drafting round, over the run's draft lengths
@@ -89,7 +91,7 @@ def predicted_speedup(stats: GenerationStats, costs: CostModel) -> float | None:
             cost += tally.rounds * model["cost"]
         else:  # plain rounds, with what asking the lookups cost in them
             tokens += tally.rounds
-            cost += tally.rounds + tally.draft_seconds / costs.target_pass(1)
+            cost += tally.rounds + tally.draft_seconds / costs.observed_pass(1)
     return tokens / cost if stats.drafted and cost else None
 
 

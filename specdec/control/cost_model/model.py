@@ -7,7 +7,9 @@ the time of every round it runs (`observe_round`), and `target_pass` scales the 
 running level (how much dearer than measured rounds are now) times a factor for that k
 (`Calibration`): the shape comes from the measurement until the run's own rounds of that size say
 otherwise. Draft costs are calibrated the same way, per
-drafter and γ, from the seconds the engine's `propose` calls take (`observe_draft`). Calibrations
+drafter and γ, from the seconds the engine's `propose` calls take (`observe_draft`). The analysis of a
+run (`control/analysis.py`: the bench's and `explain`'s predictions) prices passes by the means of
+every round observed (`observed_pass`), not by the recent ones the policy needs. Calibrations
 live in memory only; `to_json` / `from_json` are what the cache file (`cache.py`) keeps.
 """
 
@@ -88,15 +90,23 @@ class Calibration:
     per_size: dict[int, RunningRatio] = field(default_factory=dict)  # k → its factor
     beyond: RunningRatio = field(default_factory=RunningRatio)  # every size but the reference: their factor
     overall: RunningRatio = field(default_factory=RunningRatio)  # the level
+    # the same, never forgetting (`lifetime_ratio`): [Σ, observations] of the level and of each size's factor
+    lifetime_level: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    lifetime_factors: dict[int, list[float]] = field(default_factory=dict)
 
     def observe(self, tokens: int, ratio: float) -> None:
         ratio = min(max(ratio, RATIO_LIMITS[0]), RATIO_LIMITS[1])
         level, factor = self.level(), self.factor(tokens)
         self.overall.add(ratio / factor)
+        self.lifetime_level[0] += ratio / factor
+        self.lifetime_level[1] += 1
         if tokens != self.reference:
             relative = min(max(ratio / level, FACTOR_LIMITS[0]), FACTOR_LIMITS[1])
             self.per_size.setdefault(tokens, RunningRatio()).add(relative)
             self.beyond.add(relative)
+            lifetime = self.lifetime_factors.setdefault(tokens, [0.0, 0.0])
+            lifetime[0] += relative
+            lifetime[1] += 1
 
     def level(self) -> float:
         return self.overall.mean
@@ -111,6 +121,20 @@ class Calibration:
 
     def ratio(self, tokens: int) -> float:
         return self.level() * self.factor(tokens)
+
+    def lifetime_ratio(self, tokens: int) -> float:
+        """level · factor(k) as the means of every observation so far, none forgotten (the current
+        ones where there is none): what rounds of size k cost over a whole run, relative to the
+        measured curve. The analysis of a run prices its rounds so; the running ratio is the price
+        of the next round, and at a run's end it holds the last prompt's state (a factor last seen
+        there, a level of its context length), which moved a 12-prompt benchmark's prediction for
+        `auto` from 1.12 to 1.05 between two runs of the same code."""
+        total, count = self.lifetime_level
+        level = total / count if count else self.level()
+        if tokens == self.reference:
+            return level
+        seen = self.lifetime_factors.get(tokens)
+        return level * (seen[0] / seen[1] if seen else self.factor(tokens))
 
     def ratios(self, sizes: range) -> list[float]:
         """ratio(k) for each k of `sizes`, the level and the shared factor computed once."""
@@ -137,6 +161,11 @@ class CostModel:
     def target_pass(self, tokens: int) -> float:
         """T(tokens): the measured curve scaled by what real rounds of this size cost (`Calibration`)."""
         return self.measured_pass(tokens) * self.calibration.ratio(tokens)
+
+    def observed_pass(self, tokens: int) -> float:
+        """T(tokens) as the rounds of this engine's life so far cost on average (`Calibration.lifetime_ratio`;
+        as measured where calibration is off): how a run's analysis prices its passes."""
+        return self.measured_pass(tokens) * (self.calibration.lifetime_ratio(tokens) if self.calibrate else 1.0)
 
     def observe_round(self, tokens: int, seconds: float) -> None:
         """A round that verified `tokens` tokens (1: a plain step) took `seconds`, draft excluded."""
