@@ -127,8 +127,7 @@ class Calibration:
         ones where there is none): what rounds of size k cost over a whole run, relative to the
         measured curve. The analysis of a run prices its rounds so; the running ratio is the price
         of the next round, and at a run's end it holds the last prompt's state (a factor last seen
-        there, a level of its context length), which moved a 12-prompt benchmark's prediction for
-        `auto` from 1.12 to 1.05 between two runs of the same code."""
+        there, the level at its context length)."""
         total, count = self.lifetime_level
         level = total / count if count else self.level()
         if tokens == self.reference:
