@@ -92,3 +92,36 @@ def test_a_model_drafter_counts_the_committed_tokens_it_has_not_read(tiny_target
             drafter.accept_features(Features(grown[1], {}).for_drafter(drafter))
         assert drafter.catch_up_tokens(prompt + more) == len(more) - 1, drafter.name
     assert PromptLookupDrafter().catch_up_tokens(prompt) == 0
+
+
+class FixedProposal(Drafter):
+    """Proposes `tokens` (as many as asked for, or `extra` more) every round."""
+
+    name = "fixed"
+
+    def __init__(self, tokens: list[int], extra: int = 0) -> None:
+        self.tokens, self.extra = tokens, extra
+
+    def begin(self, prompt_ids, max_len, target_cache=None):
+        pass
+
+    def propose(self, tokens, max_tokens, params, generator):
+        return Draft(self.tokens[:max_tokens + self.extra])
+
+
+@pytest.mark.parametrize("proposal, extra, broken", [([1, 2, 3, 4], 0, None),
+                                                     ([1, 2, 3, 4], 1, "4 tokens deep for a budget of 3"),
+                                                     ([1, -1, 2], 0, "ids within the vocabulary: False"),
+                                                     ([1, "vocab", 2], 0, "ids within the vocabulary: False")])
+def test_a_drafter_that_breaks_its_contract_is_named(tiny_target, proposal, extra, broken):
+    """A draft deeper than the budget, or with an id outside the vocabulary, stops the request with an
+    error naming the drafter and what it broke (a valid draft of the same drafter decodes: the control)."""
+    tokens = [tiny_target.vocab_size if t == "vocab" else t for t in proposal]
+    prompt = tiny_target.tokenizer.encode("t5 t9 t12")
+    config = GenerationConfig(max_new_tokens=8, gamma=3, ignore_eos=True)
+    engine = Engine(tiny_target, FixedProposal(tokens, extra))
+    if broken is None:
+        assert len(engine.generate(prompt, config).token_ids) == 8
+        return
+    with pytest.raises(RuntimeError, match=f"drafter fixed broke its contract: .*{broken}"):
+        engine.generate(prompt, config)

@@ -402,8 +402,8 @@ class Row:
         return draft
 
     def _check_draft(self, drafter: Drafter, draft: Draft, budget: int, cache_untouched: bool) -> None:
-        vocab = self.target.vocab_size
-        ids_valid = all(0 <= t < vocab for t in draft.tokens)
+        tokens = draft.tokens
+        ids_valid = not tokens or (min(tokens) >= 0 and max(tokens) < self.target.vocab_size)
         nodes_fit = draft.parents is None or len(draft) <= drafter.max_nodes
         if draft.depth > max(budget, 0) or not nodes_fit or not ids_valid or not cache_untouched:
             raise RuntimeError(
