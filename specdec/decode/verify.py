@@ -77,10 +77,7 @@ def speculative_sample(
     else:
         q_next = q[rows, at]  # [B, V]
     q_next = q_next * rejected[:, None]  # the bonus position has no draft: residual = p
-    residual = (p_next - q_next).clamp(min=0)  # [B, V]
-    mass = residual.sum(-1, keepdim=True)  # [B, 1]
-    # A rejection implies p != q, so mass > 0; the guard only catches float round-off.
-    residual = torch.where(mass > 0, residual / mass.clamp(min=1e-30), p_next)
+    residual = _normalised((p_next - q_next).clamp(min=0), p_next)  # [B, V]
     next_token = sample(residual, generator)  # [B]
     if details is not None:
         details.update(uniforms=uniforms, residual=residual)
@@ -107,19 +104,21 @@ def point_mass_sample(
             continue
         residual = p_i.clone()
         residual[0, token] = 0.0  # max(0, p_i − one-hot(x_i)): p_i without x_i
-        return i, _draw_residual(residual, p_i, generator, uniforms, details)
-    p_last = logits_to_probs(logits[gamma:], params)  # [1, V]: the bonus position, residual = p
-    return gamma, _draw_residual(p_last, p_last, generator, uniforms, details)
-
-
-def _draw_residual(residual: torch.Tensor, p: torch.Tensor, generator: torch.Generator, uniforms: torch.Tensor,
-                   details: dict | None) -> int:
-    """One draw from norm(residual) [1, V] (p [1, V] where the residual has no mass: float round-off)."""
-    mass = residual.sum(-1, keepdim=True)  # [1, 1]
-    residual = torch.where(mass > 0, residual / mass.clamp(min=1e-30), p)
+        num_accepted, residual = i, _normalised(residual, p_i)
+        break
+    else:  # every draft accepted: the bonus position, residual = p
+        p_last = logits_to_probs(logits[gamma:], params)  # [1, V]
+        num_accepted, residual = gamma, _normalised(p_last, p_last)
     if details is not None:
         details.update(uniforms=uniforms, residual=residual)
-    return int(sample(residual, generator))
+    return num_accepted, int(sample(residual, generator))
+
+
+def _normalised(residual: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """norm(residual) [B, V], row by row; p [B, V] where a row has no mass. A rejection implies p != q,
+    so the mass is positive; the guard only catches float round-off."""
+    mass = residual.sum(-1, keepdim=True)  # [B, 1]
+    return torch.where(mass > 0, residual / mass.clamp(min=1e-30), p)
 
 
 def speculative_sample_reference(
