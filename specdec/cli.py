@@ -14,7 +14,7 @@ import sys
 
 from specdec.errors import SpecdecError
 from specdec.options import add_json_arg, add_model_args, add_target_args, generation_config, load_engine, prepare_costs
-from specdec.terminal import figures_table, past_the_end, plural
+from specdec.terminal import figures_table, past_the_end, plural, table_title
 
 KIND_STYLES = {"accepted": "green", "corrected": "yellow", "bonus": "cyan", "target": ""}
 
@@ -133,7 +133,9 @@ def _stream(engine, prompt_ids, config, console):
 def _summary(stats, console, title: str = "run", breakdown: list[dict] | None = None) -> None:
     from rich.table import Table
 
-    table = Table(title=title, show_header=False, box=None)
+    table = Table(title=table_title(title), show_header=False, box=None)  # the title may name a drafter's folder
+    table.add_column()
+    table.add_column(overflow="fold")  # a drafter's folder whole, folded, on any host's temporary path
     per_pos = " ".join(f"{a:.2f}" for a in stats.acceptance_per_position) or "-"
     rows = [
         ("drafter", stats.drafter),
@@ -324,6 +326,11 @@ def cmd_plan(args, console) -> int:
     return 0
 
 
+def spread_text(spread: float | None) -> str:
+    """A measurement's spread in the `costs` tables ("–": not recorded, e.g. a point of T(N) measured for rows)."""
+    return "–" if spread is None else f"{spread:.0%}"
+
+
 def cmd_costs(args, console) -> int:
     from rich.table import Table
 
@@ -336,19 +343,23 @@ def cmd_costs(args, console) -> int:
     with console.status("measuring the cost model on this machine" if args.remeasure else "reading the cost model"):
         costs = load_or_measure(target, engine.drafters, args.max_gamma, remeasure=args.remeasure)
     engine.cost_model = costs
-    one = costs.measured_pass(1)
-    table = Table(title=f"target passes: {target.name} on {costs.description['machine']['processor']}")
-    for col in ("tokens scored", "ms", "× one-token pass"):
+    one = costs.target_pass(1)
+    # the model's folder and the CPU's name, as long as the host makes them: wrapped within the table
+    table = Table(title=table_title(f"target passes: {target.name} on {costs.description['machine']['processor']}"))
+    for col in ("tokens scored", "ms", "× one-token pass", "spread"):
         table.add_column(col, justify="right")
     for size in sorted(costs.pass_seconds):
-        table.add_row(str(size), f"{costs.pass_seconds[size] * 1000:.2f}", f"{costs.measured_pass(size) / one:.2f}")
+        table.add_row(str(size), f"{costs.pass_seconds[size] * 1000:.2f}", f"{costs.target_pass(size) / one:.2f}",
+                      spread_text(costs.pass_spread.get(size)))
     console.print(table)
     drafts = figures_table("draft cost: per proposal + per drafted token", "drafter",
-                           ("per proposal (ms)", "per token (ms)", "c = per token / T(1)"))
+                           ("per proposal (ms)", "per token (ms)", "c = per token / T(1)", "spread"))
     for d in engine.drafters:
         cost = costs.draft_costs[d.name]
-        drafts.add_row(d.name, f"{cost.per_call * 1000:.3f}", f"{cost.per_token * 1000:.3f}", f"{cost.per_token / one:.3f}")
+        drafts.add_row(d.name, f"{cost.per_call * 1000:.3f}", f"{cost.per_token * 1000:.3f}", f"{cost.per_token / one:.3f}",
+                       spread_text(costs.draft_spread.get(d.name)))
     console.print(drafts)
+    console.print("spread: (p90 − p10) / median of the repeats (a busy machine: measured again)")
     console.print(f"measured {costs.description.get('measured_at', '?')}; cached in {costs_dir() / (costs.key + '.json')}")
     if args.json:
         print(json.dumps(costs.to_json()))

@@ -134,19 +134,21 @@ def live(chat_folder):
 @pytest.fixture(scope="module")
 def first_tokens_law(tiny_target):
     """The exact law of a sampled run's first tokens on the tiny target (`whole_runs`)."""
+    from tolerances import law_normalisation_error
     from whole_runs import NEW_TOKENS, TOP_K, exact_first_tokens_law
 
     law = exact_first_tokens_law(tiny_target)
-    assert len(law) == TOP_K**NEW_TOKENS and abs(sum(law.values()) - 1) < 1e-5
+    assert len(law) == TOP_K**NEW_TOKENS and abs(sum(law.values()) - 1) <= law_normalisation_error(law)  # float32 softmaxes
     return law
 
 
 @pytest.fixture(scope="module")
 def top_p_law(tiny_target):
     """The exact law of a run's first tokens with top-p 0.8 on the tiny target (`whole_runs.TOP_P_LAW`)."""
+    from tolerances import law_normalisation_error
     from whole_runs import TOP_P_LAW, exact_first_tokens_law
 
     law = exact_first_tokens_law(tiny_target, TOP_P_LAW)
-    assert len(law) == 2350 and abs(sum(law.values()) - 1) < 1e-5
+    assert len(law) == 2350 and abs(sum(law.values()) - 1) <= law_normalisation_error(law)  # float32 softmaxes
     return law
 

@@ -1,6 +1,7 @@
 """Goodness-of-fit helpers for the distribution tests, and the deliberately wrong verifiers.
 
-`gof_pvalue` runs Pearson's chi-square test of observed counts against exact probabilities. Cells
+`gof_pvalue` runs Pearson's chi-square test of observed counts against exact probabilities (which must
+sum to 1 within the round-off of the float32 arithmetic that made them: `normalised_within`). Cells
 whose expected count is below 5 are pooled into one cell (the usual validity rule); an observation
 in a cell of probability 0 makes the p-value 0 outright. Under a correct sampler the p-value is
 uniform on [0, 1], so a test that fails when p < `ALPHA` has a false-positive rate of `ALPHA` per
@@ -16,10 +17,12 @@ from scipy.stats import chi2
 ALPHA = 1e-3  # false-positive rate of each goodness-of-fit test
 
 
-def gof_pvalue(observed: np.ndarray, probs: np.ndarray, min_expected: float = 5.0) -> float:
+def gof_pvalue(observed: np.ndarray, probs: np.ndarray, min_expected: float = 5.0, *, normalised_within: float) -> float:
+    """`normalised_within`: how far from 1 the float arithmetic that made `probs` may leave their sum
+    (`tolerances.normalisation_error`); a law further off is no distribution."""
     observed = np.asarray(observed, dtype=np.float64)
     probs = np.asarray(probs, dtype=np.float64)
-    assert abs(probs.sum() - 1) < 1e-6, probs.sum()
+    assert abs(probs.sum() - 1) <= normalised_within, (probs.sum(), normalised_within)
     if observed[probs <= 0].sum() > 0:
         return 0.0
     n = observed.sum()

@@ -100,17 +100,20 @@ def batched_pvalue(engine: Engine, law: dict, gamma: int | str = 3, stats: list 
     return law_pvalue(counts, law)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["draft", "eagle-tree", "eagle3"])
 def test_batched_rows_follow_the_target_distribution(tiny_target, draft_model, first_tokens_law, kind):
     assert batched_pvalue(Engine(tiny_target, drafters(tiny_target, draft_model)[kind]), first_tokens_law) > ALPHA
 
 
+@pytest.mark.slow
 def test_batched_rows_negative_control(tiny_target, draft_model, first_tokens_law, monkeypatch):
     patch_chain_rule(monkeypatch, batch_module, accept_everything)
     monkeypatch.setattr(batch_module, "tree_sample", tree_accept_first_children)
     assert batched_pvalue(Engine(tiny_target, drafters(tiny_target, draft_model)["draft"]), first_tokens_law) < ALPHA
 
 
+@pytest.mark.slow
 def test_batched_rows_with_the_adaptive_policy_follow_the_target_distribution(tiny_target, draft_model,
                                                                               first_tokens_law):
     """γ = auto over every drafter kind, 8 rows a pass: each row's policy weighs the batch's size, so
@@ -125,6 +128,7 @@ def test_batched_rows_with_the_adaptive_policy_follow_the_target_distribution(ti
     assert len(used) >= 3, used  # the choices depended on the rows' earlier random outcomes
 
 
+@pytest.mark.slow
 def test_batched_rows_with_the_adaptive_policy_negative_control(tiny_target, draft_model, first_tokens_law,
                                                                 monkeypatch):
     patch_chain_rule(monkeypatch, batch_module, accept_everything)

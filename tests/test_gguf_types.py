@@ -123,6 +123,7 @@ def fixed_outputs() -> list[list[float]]:
     return [layer(x).flatten().tolist() for layer in layers]
 
 
+@pytest.mark.slow
 def test_generic_build_gives_the_same_bits():
     path, mismatches, outputs = on_generic_build(
         "from tests.test_gguf_types import fixed_outputs, row_mismatches, TYPES; "

@@ -82,6 +82,9 @@ def test_half_cache_holds_half_the_bytes_and_stays_close():
     agreement = (got.argmax(-1) == want.argmax(-1)).float().mean().item()
     print(f"float16 vs float32 cache over {ids.shape[1]} tokens: max |Δlogit| {(got - want).abs().max():.3f}, "
           f"top-1 agreement {agreement:.3f}")
+    # a measured quality (1.944 here), not round-off between orders: the float16 cache's
+    # rounding through 30 layers, on the batch-invariant kernels (the default form's bits equal a generic
+    # build's: test_quantized); tight (97% of the bound), but not by the host's float order
     assert (got - want).abs().max() < 2.0
     assert agreement >= 0.9
     assert not torch.equal(got, want)  # the two caches are really different

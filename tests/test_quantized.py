@@ -4,8 +4,8 @@
   dequantization bit for bit (query rows un-permuted into the Hugging Face order); Q4_1 blocks read
   as Q4_0's do not (test_gguf_types.py does every type on random blocks).
 - Layers: on random rows each output equals the stated recipe (rows quantized to 8 bits as llama.cpp does, exact
-  integer dots, float32 combination) computed in float64 within float32 round-off (1e-5 relative
-  to Σ|x̂||w|), and the float32 product with the exact weights within the rows' quantization error
+  integer dots, float32 combination) computed in float64 within float32 round-off (K·u relative
+  to Σ|x̂||w|, K the row length), and the float32 product with the exact weights within the rows' quantization error
   (Σ over the rows' scale groups of the codes' error bound · Σ|w|, plus that round-off).
 - The int4 model against the float32 model with the GGUF's dequantized weights over a fixed text:
   logits within 2.0 absolute, top-1 agreement ≥ 90% (printed by the test; see the README for
@@ -33,6 +33,7 @@ from specdec.runtime.gguf_model import GgufTensors
 from specdec.runtime.quant import QuantizedLinear, pack_gguf_tensors, quantize_int4, quantize_int8
 from specdec.tree import TokenTree, tree_inputs
 from tests.kernel_checks import check_layer_recipe, on_generic_build
+from tests.tolerances import decoder_sums, max_difference, round_off
 
 pytestmark = pytest.mark.model
 CACHE_LENGTHS = (5, 40, 300)
@@ -109,6 +110,8 @@ def test_int4_model_against_the_float32_model():
     agreement = (got.argmax(-1) == want.argmax(-1)).float().mean().item()
     print(f"int4 vs float32 over {ids.shape[1]} tokens: max |Δlogit| {(got - want).abs().max():.3f}, "
           f"top-1 agreement {agreement:.3f}")
+    # the int4 weights' quantization error, not round-off: the kernels give the same bits on every build
+    # (test_generic_path_is_batch_invariant_too), so the measured 1.08 (logits ±36) moves with no host
     assert (got - want).abs().max() < 2.0
     assert agreement >= 0.9
 
@@ -157,6 +160,7 @@ def test_negative_control_pytorch_attention_is_not_batch_invariant(monkeypatch):
     assert mismatched_rows(load_model("smollm2-135m").net) > 0
 
 
+@pytest.mark.slow
 def test_generic_path_is_batch_invariant_too():
     """The kernels built for plain x86-64 with AVX2 (and torch's AVX2 kernels), in a fresh process."""
     path, mismatches, logits = on_generic_build(
@@ -201,5 +205,5 @@ def test_sequences_in_one_pass_equal_each_sequence_alone(kernels, monkeypatch):
     alone.append(net.forward(ids, caches[3], positions=positions, tree_mask=mask)[0])
     if kernels == "on":
         assert all(torch.equal(a, b) for a, b in zip(alone, together))
-    else:
-        assert all((a - b).abs().max() < 1e-3 for a, b in zip(alone, together))
+    else:  # float32 in other orders by row count: round-off of |logits| through each layer's longest sum
+        assert all(max_difference(a, b) <= round_off(b, *decoder_sums(net.config)) for a, b in zip(alone, together))

@@ -337,6 +337,7 @@ FIELD_VALUES = {
 FUZZ_EXAMPLES = int(os.environ.get("SPECDEC_FUZZ_EXAMPLES", "200"))  # a longer run: SPECDEC_FUZZ_EXAMPLES=5000
 
 
+@pytest.mark.slow
 @settings(max_examples=FUZZ_EXAMPLES, derandomize=FUZZ_EXAMPLES <= 200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(chat=st.booleans(), data=st.data())
 def test_fuzzed_request_bodies_never_get_a_server_error(live, chat, data):

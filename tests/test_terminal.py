@@ -97,7 +97,57 @@ def test_costs_table_piped_with_a_long_drafter_name(capsys, tiny_folder, tiny_dr
     assert len(f"draft:{tiny_draft_folder}") > 30  # too long for one line beside the figures
     assert ANSI not in out and "…" not in out
     assert wide_lines(out, "measured ") == []  # the line naming the cache file may run on
-    assert headings(out, "drafter") == ["drafter", "per proposal (ms)", "per token (ms)", "c = per token / T(1)"]
+    assert headings(out, "drafter") == ["drafter", "per proposal (ms)", "per token (ms)", "c = per token / T(1)", "spread"]
+
+
+LONG_CPU = "Intel(R) Xeon(R) Platinum 8480+ Processor, a model name as long as some hosts report"
+DEEP = "a-temporary-folder-as-deep-as-some-hosts-make-them"  # beside pytest's own, a path longer than a line
+
+
+def squashed(text: str) -> str:
+    """The text without its white space: what is left of a wrapped or folded line, whatever the width."""
+    return "".join(text.split())
+
+
+def test_costs_table_piped_on_a_host_with_long_names(capsys, tiny_folder, tiny_draft_folder, tmp_path, monkeypatch):
+    """The first table's title names the model's folder and the CPU: with a long CPU name (put in what
+    the cost model reads of the host) and a folder longer than a line, it wraps within 80 columns,
+    whole. Issue 50: 'target passes: <pytest tmp path> on Intel(R) Xeon(R) Processor' ran past 80."""
+    import shutil
+
+    from specdec.control.cost_model import cache
+
+    describe = cache.machine_description
+    monkeypatch.setattr(cache, "machine_description", lambda device: {**describe(device), "processor": LONG_CPU})
+    model = tmp_path / DEEP / "tiny-llama"
+    shutil.copytree(tiny_folder, model)
+    assert len(str(model)) > 80  # no line holds it: it must fold
+    code = main(["costs", "--model", str(model), "--drafter", f"draft:{tiny_draft_folder}", "--max-gamma", "2"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert ANSI not in out and "…" not in out
+    assert wide_lines(out, "measured ") == []  # the line naming the cache file may run on
+    lines = out.splitlines()
+    top = next(i for i, line in enumerate(lines) if line.lstrip().startswith("┏"))  # the table's top edge
+    assert squashed("".join(lines[:top])) == squashed(f"target passes: {model} on {LONG_CPU}")  # whole, wrapped
+
+
+def test_run_summary_with_a_drafter_in_a_deep_folder_fits(tmp_path):
+    """`generate`'s summary names the drafter (a folder, for a draft model or a head) in its title and
+    in a row: both wrap within 80 columns, whole, not cut with an ellipsis."""
+    from rich.console import Console
+
+    from specdec.cli import _summary
+
+    drafter = f"draft:{tmp_path / DEEP / 'tiny-draft'}"
+    assert len(drafter) > 80
+    buffer = io.StringIO()
+    stats = GenerationStats(drafter, new_tokens=10, target_passes=4, drafted=9, accepted=6)
+    _summary(stats, Console(file=buffer, soft_wrap=True), title=f"speculative ({drafter}, γ = auto)")
+    text = buffer.getvalue()
+    assert wide_lines(text) == [] and "…" not in text
+    assert squashed(text).startswith(squashed(f"speculative ({drafter}, γ = auto)"))
+    assert squashed(text).count(squashed(drafter)) == 2  # in the title and whole in its row
 
 
 def test_bench_table_piped(capsys, tiny_folder, tmp_path):

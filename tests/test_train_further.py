@@ -20,6 +20,7 @@ from specdec.train.instructions_v2 import instructions_v2
 from specdec.train.eagle3 import grown_lm_head, vocabulary_of
 from specdec.train.holdout import held_out_indices
 from specdec.train.loop import load_split
+from tolerances import max_difference, round_off
 from whole_runs import PROMPT
 
 PASSAGES = [(f"question {i}?", f"passage {i} " + "word " * 20) for i in range(5)]
@@ -92,6 +93,7 @@ def test_long_inputs_from_passages_then_a_head_trained_further_on_both(tiny_fold
     assert f"1 of 2 sequences left out: their prompts fill --max-len {shortest_prompt}" in printed
 
 
+@pytest.mark.slow
 def test_a_head_trained_further_grows_its_vocabulary(tiny_folder, tiny_target, tmp_path, capsys):
     """--init with a larger --draft-vocab keeps the head's tokens and their rows, adds the most frequent
     answer tokens it lacked (their rows mapped from the target's), and trains on: more of the answers
@@ -132,7 +134,9 @@ def test_grown_lm_head_rows_keep_the_old_and_map_the_new():
     grown = grown_lm_head(rows, old_ids, new_ids, target_rows[new_ids])
     at = torch.searchsorted(new_ids, old_ids)
     assert torch.equal(grown[at], rows)
-    torch.testing.assert_close(grown, target_rows[new_ids] @ image, atol=1e-4, rtol=1e-4)
+    # float32 rows (sums over hidden) fitted back by least squares: their round-off times the old rows' condition number
+    kappa, hidden = torch.linalg.cond(target_rows[old_ids].double()).item(), target_rows.shape[1]
+    assert max_difference(grown, target_rows[new_ids] @ image) <= round_off(target_rows[new_ids] @ image, kappa * hidden, hidden)
     added = torch.ones(len(new_ids), dtype=torch.bool)
     added[at] = False
     noisy = grown_lm_head(rows + torch.randn_like(rows), old_ids, new_ids, target_rows[new_ids])

@@ -20,6 +20,7 @@ from specdec.sampling import SamplingParams, logits_to_probs
 from specdec.tree import TokenTree, from_paths, kept_slots, tree_inputs
 from specdec.decode.verify import tree_sample, tree_sample_reference, verify_tree_greedy
 from stat_helpers import ALPHA, gof_pvalue
+from tolerances import decoder_sums, law_normalisation_error, max_difference, round_off
 
 VOCAB, SAMPLES = 6, 200_000
 # root → tokens 2, 4, 0; node 0 (token 2) → tokens 1, 3; node 3 (token 1) → token 5
@@ -53,12 +54,14 @@ def test_tree_pass_equals_each_path_recomputed(tiny_folder):
     for node in range(len(TREE)):
         path_tokens = [TREE.tokens[i] for i in TREE.path_to(node)]
         alone = net.forward(torch.tensor([prefix + path_tokens]), net.new_cache(64))[0, -1]
-        assert (logits[node + 1] - alone).abs().max() < 1e-4
+        # one float32 model in two orders of operations: round-off of |logits| through each layer's longest sum
+        assert max_difference(logits[node + 1], alone) <= round_off(alone, *decoder_sums(net.config))
     past = len(prefix) - 1
     cache.compact(kept_slots(past, TREE.path_to(5)))
     follow = net.forward(torch.tensor([[8]]), cache)[0, -1]
     chain = prefix + [2, 1, 5, 8]
-    assert (follow - net.forward(torch.tensor([chain]), net.new_cache(64))[0, -1]).abs().max() < 1e-4
+    again = net.forward(torch.tensor([chain]), net.new_cache(64))[0, -1]
+    assert max_difference(follow, again) <= round_off(again, *decoder_sums(net.config))
 
 
 def test_greedy_walks_the_matching_path():
@@ -108,7 +111,7 @@ def tree_pvalue(sampler, params: SamplingParams, seed: int = 0, samples: int = S
         counts[output] = counts.get(output, 0) + 1
     keys = list(law)
     observed = np.array([counts.get(k, 0) for k in keys] + [sum(c for k, c in counts.items() if k not in law)])
-    return gof_pvalue(observed, np.array([law[k] for k in keys] + [0.0]))
+    return gof_pvalue(observed, np.array([law[k] for k in keys] + [0.0]), normalised_within=law_normalisation_error(law))
 
 
 PARAMS = [SamplingParams(temperature=1.0), SamplingParams(temperature=0.7, top_k=4), SamplingParams(temperature=1.3, top_p=0.9)]

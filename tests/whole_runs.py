@@ -18,6 +18,7 @@ from specdec.decode.engine import Engine
 from specdec.sampling import SamplingParams, logits_to_probs
 from random_heads import random_eagle_head, random_medusa_heads, small_eagle3_head
 from stat_helpers import gof_pvalue
+from tolerances import law_normalisation_error
 
 # A prompt with repeats, so that prompt lookup finds matches from the first round.
 PROMPT = [5, 9, 12, 7, 5, 9, 12, 7, 30, 5, 9]
@@ -114,4 +115,4 @@ def law_pvalue(counts: dict[tuple[int, ...], int], law: dict[tuple[int, ...], fl
     its support form one more cell, expected 0)."""
     keys = list(law)
     observed = np.array([counts.get(k, 0) for k in keys] + [sum(c for k, c in counts.items() if k not in law)])
-    return gof_pvalue(observed, np.array([law[k] for k in keys] + [0.0]))
+    return gof_pvalue(observed, np.array([law[k] for k in keys] + [0.0]), normalised_within=law_normalisation_error(law))

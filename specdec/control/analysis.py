@@ -11,7 +11,7 @@ For each drafter that drafted in a run:
     n          the mean number of draft tokens its passes verified, rounded (a chain: γ; a tree: its nodes)
     v          the cost of a pass over n+1 tokens relative to T(1), both as the engine's rounds of those
                sizes cost on average over its life (`CostModel.observed_pass`: the measured curve,
-               calibrated by every round it observed; the policy prices by the recent ones)
+               calibrated by every round it observed; the policy prices by the table alone)
     predicted  (f·E + (1 − f)) / (f·v + (1 − f) + d): the drafting rounds at E tokens each, plain
                steps for the rest, where E is the acceptance model's tokens per drafting round,
                averaged over the draft lengths the run proposed. The model (`acceptance_model`) is

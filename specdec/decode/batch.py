@@ -185,7 +185,6 @@ class Row:
         self.timed_drafters: set[str] = set()  # drafters whose proposals' times now reach the cost model
         # this round's choices (steps 1-2), read by steps 3-6
         self.plan, self.drafter, self.draft, self.draft_seconds = PLAIN_ROUND, None, Draft([]), 0.0
-        self.planning_seconds = 0.0  # of draft_seconds: asking the lookups and choosing
         self.caught_up = 0
         self.committed_len = 0  # the cache's length before this round's pass (step 3)
         self.tree: TokenTree | None = None
@@ -201,12 +200,11 @@ class Row:
         room = self.token_budget - self.generated - 1  # draft tokens this request can still use
         proposals = {}  # the lookups' proposals, which the policy weighs before choosing
         if self.policy and room > 0:
-            for index in self.policy.asks_first:  # (untimed: the planning's wall time is charged for them)
+            for index in self.policy.asks_first:  # (untimed: they are priced by the cost table)
                 proposals[index] = self._propose(self.drafters[index], min(self.config.max_gamma, room), timed=False)
         behind = {index: drafter.catch_up_tokens(self.tokens) for index, drafter in enumerate(self.drafters)
                   if index not in proposals}  # what each model drafter would read first: priced in its predictions
         plan = self.policy.choose(rows, proposals, behind) if self.policy else PLAIN_ROUND
-        self.planning_seconds = time.perf_counter() - t0  # the asks and the choice (the allowance charges it)
         if self.config.trace:
             plan = plan.settled()  # its reason, in words now: observing the round changes what it quotes
         drafter = self.drafters[plan.drafter] if plan.drafter is not None else None
@@ -307,8 +305,7 @@ class Row:
         # 6. record
         depth = draft.depth  # draft positions: a chain's length, a tree's depth ("drafted")
         if self.policy:
-            self.policy.observe(self.plan, depth, n, draft.match_length, draft.confidence, self.caught_up,
-                                self.planning_seconds)
+            self.policy.observe(self.plan, depth, n, draft.match_length, draft.confidence, self.caught_up)
         drafter = self.drafter
         self.stats.record_round(depth, n, verified_tokens=len(draft), drafter=drafter.name if drafter else "plain",
                                 gamma=self.plan.gamma, committed=len(pieces), draft_seconds=self.draft_seconds,
@@ -384,9 +381,8 @@ class Row:
                  timed: bool = True) -> Draft:
         """The drafter's proposal of up to `budget` tokens, checked, its time given to the cost model
         (`behind`: its `catch_up_tokens`, when the caller has them already). Not `timed`: a lookup the
-        policy asks before choosing, whose ask the allowance charges at the planning's wall time
-        (`observe(planning_seconds=)`) whatever its draft cost says; calibrating that cost took 9 µs a
-        round, a fifth of the planning of `auto` on the 135M model."""
+        policy asks before choosing every round (recording its time took 9 µs a round, a fifth of the
+        planning of `auto` on the 135M model)."""
         committed_len = self.cache.length
         if behind is None:
             behind = drafter.catch_up_tokens(self.tokens)

@@ -12,10 +12,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from specdec.decode.batch import Batch, Piece, Row, StreamEvent
-from specdec.control.cost_model import BATCH_SIZES, CostModel, covers, largest_pass, load_or_measure
+from specdec.control.cost_model import BATCH_SIZES, CostModel, covers, drop_if_drifted, largest_pass, load_or_measure
 from specdec.drafters.base import Drafter
 from specdec.errors import ConfigError, ContextLengthError, SpecdecError
-from specdec.control.policy import AdaptivePolicy, FixedPolicy
+from specdec.control.policy import AdaptivePolicy, DrafterTraits, FixedPolicy
 from specdec.runtime.loading import LanguageModel
 from specdec.sampling import SamplingParams
 from specdec.records.stats import GenerationStats
@@ -104,10 +104,9 @@ class Engine:
             return FixedPolicy(config.gamma)
         fixed = None if config.gamma == AUTO else config.gamma
         max_gamma = fixed or config.max_gamma
-        policy = AdaptivePolicy(self.costs(max_gamma), [d.name for d in self.drafters], config.max_gamma, fixed,
-                                verified=[d.verified_tokens for d in self.drafters],
-                                stops_early=[d.stops_early for d in self.drafters],
-                                looks_up=[d.looks_up for d in self.drafters])
+        costs = self.costs(max_gamma)
+        drop_if_drifted(costs)  # real rounds say the table is wrong: the next start measures it again
+        policy = AdaptivePolicy(costs, [DrafterTraits.of(d) for d in self.drafters], config.max_gamma, fixed)
         key = (config.max_gamma, fixed, config.sampling.temperature)  # acceptance differs by temperature
         if key in self._last_policy:
             policy.continue_from(self._last_policy[key])

@@ -9,12 +9,13 @@
 
 By role: `model.py` holds the numbers and their arithmetic (interpolation, calibration by the rounds
 actually run, the predicted speed-up), `measure.py` times them (and `load_or_measure` measures only
-what the cache lacks), `cache.py` keeps them in a JSON file per machine and model.
+what the cache lacks, checks each measurement's spread and drops a table that real rounds say has
+drifted), `cache.py` keeps them in a JSON file per machine and model.
 """
 
 from specdec.control.cost_model.cache import cost_key, costs_dir, machine_description
-from specdec.control.cost_model.measure import load_or_measure
+from specdec.control.cost_model.measure import drop_if_drifted, load_or_measure
 from specdec.control.cost_model.model import BATCH_SIZES, CostModel, DraftCost, best_batch, covers, largest_pass
 
-__all__ = ["BATCH_SIZES", "CostModel", "DraftCost", "best_batch", "cost_key", "costs_dir", "covers", "largest_pass",
-           "load_or_measure", "machine_description"]
+__all__ = ["BATCH_SIZES", "CostModel", "DraftCost", "best_batch", "cost_key", "costs_dir", "covers", "drop_if_drifted",
+           "largest_pass", "load_or_measure", "machine_description"]

@@ -5,6 +5,15 @@ The seed formula charges a verification pass the same as a one-token pass; on a 
 the reference machine a pass over 2 tokens costs 1.46 one-token passes, over 8 about 2:
 docs/bench/costs-output.txt), so the policy uses the measured curve. Measuring takes a few seconds;
 a drafter's cost is measured the first time it is used and again when its weights change.
+
+Every figure is the median of repeats, sizes interleaved (a sweep over every size, then the next
+sweep), so that drift of the machine hits all sizes alike. A measurement is checked before it is
+kept: where one repeat took OUTLIER (3) times its median or more, or the repeats spread (p90 − p10)
+by more than SPREAD_LIMIT (100%) of the median, either by more than OUTLIER_FLOOR (5 ms), the machine was busy (a compile, another process's threads)
+and it is measured again, announced, up to MEASURE_TRIES times; a measurement that never settles is
+used for this run but not cached. The spread of each figure is cached beside it (`specdec costs`
+shows it). Where real rounds later drift from the table (`CostModel.drift`), `drop_if_drifted`
+removes the cached file so that the next start measures again.
 """
 
 from __future__ import annotations
@@ -12,6 +21,8 @@ from __future__ import annotations
 import datetime
 import statistics
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -21,10 +32,63 @@ from specdec.control.cost_model.model import BATCH_SIZES, CostModel, DraftCost, 
 from specdec.sampling import SamplingParams
 
 COST_CONTEXT = 256  # cached tokens before the timed passes: a typical prompt length
+OUTLIER = 3.0  # a repeat that took this many times its figure's median: the machine was busy...
+OUTLIER_FLOOR = 5e-3  # ...by more than this many seconds (a hiccup of a few ms in a tight loop of 1 ms passes,
+# or a 20 µs lookup's 60 µs repeat, is no busy machine)
+SPREAD_LIMIT = 1.0  # repeats (at least SPREAD_REPEATS) spread (p90 − p10) by more than this share of their
+SPREAD_REPEATS = 5  # median, and by more than OUTLIER_FLOOR: busy too
+MEASURE_TRIES = 3  # measurements of one kind before a busy one is used uncached
 
 
-def measure_pass_costs(net, context: int, sizes: list[int], repeats: int) -> dict[int, float]:
-    """Median seconds of a pass over `size` new tokens after `context` cached ones, per size."""
+@dataclass
+class Timings:
+    """A measurement's repeats: label → seconds of each repeat (the warm-up excluded)."""
+
+    samples: dict
+    label: Callable[[object], str] = str  # a label in words, for the announcement
+
+    def medians(self) -> dict:
+        return {label: statistics.median(times) for label, times in self.samples.items()}
+
+    def spreads(self) -> dict:
+        """label → (p90 − p10) / median of its repeats."""
+        return {label: spread(times) for label, times in self.samples.items()}
+
+    def busy(self) -> str | None:
+        """What says the machine was busy while measuring (the worst outlier or spread), or None."""
+        for label, times in self.samples.items():
+            median = statistics.median(times)
+            if max(times) >= OUTLIER * median and max(times) - median > OUTLIER_FLOOR:
+                return f"{self.label(label)} once took {max(times) / median:.1f}× its median"
+            if len(times) >= SPREAD_REPEATS and spread(times) > SPREAD_LIMIT and max(times) - min(times) > OUTLIER_FLOOR:
+                return f"{self.label(label)}: repeats spread by {spread(times):.0%} of their median"
+        return None
+
+
+def spread(times: list[float]) -> float:
+    """(p90 − p10) / median of some repeats (0 for fewer than two)."""
+    if len(times) < 2:
+        return 0.0
+    deciles = statistics.quantiles(times, n=10, method="inclusive")
+    return (deciles[-1] - deciles[0]) / statistics.median(times)
+
+
+def checked(what: str, measure: Callable[[], tuple[object, Timings]]) -> tuple[object, Timings, bool]:
+    """`measure()` → (result, its timings), repeated (announced) while the timings say the machine was
+    busy, at most MEASURE_TRIES times: (the last result, its timings, whether it settled: cache it)."""
+    for attempt in range(1, MEASURE_TRIES + 1):
+        result, timings = measure()
+        trouble = timings.busy()
+        if trouble is None:
+            return result, timings, True
+        then = (f"measuring again ({attempt + 1} of {MEASURE_TRIES})" if attempt < MEASURE_TRIES
+                else "using these figures for this run only, not caching them")
+        announce(f"the machine looked busy while measuring {what} ({trouble}): {then}")
+    return result, timings, False
+
+
+def measure_pass_costs(net, context: int, sizes: list[int], repeats: int) -> Timings:
+    """Seconds of each repeat of a pass over `size` new tokens after `context` cached ones, per size."""
     cache = net.new_cache(context + max(sizes))
     ids = torch.randint(0, net.vocab_size, (1, context + max(sizes)), generator=torch.Generator().manual_seed(0))
     net.forward(ids[:, :context].to(net.device), cache)
@@ -36,13 +100,14 @@ def measure_pass_costs(net, context: int, sizes: list[int], repeats: int) -> dic
             net.forward(block, cache)[0, -1, 0].item()  # .item() waits for an accelerator
             times[size].append(time.perf_counter() - start)
             cache.truncate(context)
-    return {size: statistics.median(t[1:]) for size, t in times.items()}  # the first sweep is a warm-up
+    return Timings({size: t[1:] for size, t in times.items()}, lambda k: f"a pass over {k} token{'s' if k != 1 else ''}")  # the first
+    # sweep is a warm-up
 
 
-def measure_row_costs(net, context: int, sizes: list[int], repeats: int) -> tuple[dict[int, float], dict[int, float]]:
-    """(B → median seconds of a pass over B rows of one token, each after `context` cached ones, minus
+def measure_row_costs(net, context: int, sizes: list[int], repeats: int) -> tuple[tuple[dict, dict], Timings]:
+    """((B → median seconds of a pass over B rows of one token, each after `context` cached ones, minus
     a pass over one row of B tokens: what separate rows cost beyond their tokens; B → median seconds
-    of that one row of B tokens, a point of T(N) past the verification sizes)."""
+    of that one row of B tokens, a point of T(N) past the verification sizes), the repeats' timings)."""
     from specdec.runtime.llama import Segment
 
     ids = torch.randint(0, net.vocab_size, (context + max(sizes),), generator=torch.Generator().manual_seed(0)).to(net.device)
@@ -64,13 +129,15 @@ def measure_row_costs(net, context: int, sizes: list[int], repeats: int) -> tupl
     # the first sweep warms up; the extra cost of rows is taken sweep by sweep, then its median
     extra = {size: [r - o for r, o in zip(rows_times[size][1:], row_times[size][1:])] for size in sizes}
     one_row = {size: statistics.median(row_times[size][1:]) for size in sizes}
-    return {size: max(0.0, statistics.median(d)) for size, d in extra.items()}, one_row
+    timings = Timings({**{("rows", b): t[1:] for b, t in rows_times.items()}, **{("row", b): t[1:] for b, t in row_times.items()}},
+                      lambda key: f"a pass over {key[1]} rows" if key[0] == "rows" else f"a pass over one row of {key[1]} tokens")
+    return ({size: max(0.0, statistics.median(d)) for size, d in extra.items()}, one_row), timings
 
 
 CATCH_UP_REPEATS = 3  # fresh starts timed for a model drafter's catch-up cost (each reads the whole context)
 
 
-def measure_draft_cost(model, drafter, context: int, max_gamma: int, repeats: int) -> DraftCost:
+def measure_draft_cost(model, drafter, context: int, max_gamma: int, repeats: int) -> tuple[DraftCost, Timings]:
     """Time `drafter` proposing 1 and `max_gamma` tokens after a repetitive synthetic context, and,
     for one that reads committed tokens it has not read yet (`Drafter.catch_up_tokens`), a proposal
     that first reads the whole context: its cost per token read.
@@ -102,17 +169,19 @@ def measure_draft_cost(model, drafter, context: int, max_gamma: int, repeats: in
     # grows); a model drafter after the context its cache holds
     grown = (block * ((context + 2 * repeats + 2) // len(block) + 1)) if drafter.looks_up else None
     calls = 0
+    samples: dict[int, list[float]] = {}
 
     def timed(gamma: int) -> float:
         nonlocal calls
-        times = []
+        times = samples.setdefault(gamma, [])
         for _ in range(repeats + 1):  # the first call of each size is a warm-up (and a catch-up)
             asked = grown[:context + calls] if grown else tokens
             calls += 1
             start = time.perf_counter()
             drafter.propose(asked, gamma, greedy, generator)
             times.append(time.perf_counter() - start)
-        return statistics.median(times[1:])
+        del times[0]
+        return statistics.median(times)
 
     one, many = timed(1), timed(max_gamma)
     per_token = max(0.0, (many - one) / (max_gamma - 1)) if max_gamma > 1 else 0.0
@@ -130,7 +199,8 @@ def measure_draft_cost(model, drafter, context: int, max_gamma: int, repeats: in
 
     first = caught_up()
     per_catch_up = 0.0 if first is None else statistics.median([first] + [caught_up() for _ in range(CATCH_UP_REPEATS - 1)])
-    return DraftCost(per_call=max(0.0, one - per_token), per_token=per_token, per_catch_up=per_catch_up)
+    timings = Timings(samples, lambda gamma: f"{drafter.name} proposing {gamma} {'token' if gamma == 1 else 'tokens'}")
+    return DraftCost(per_call=max(0.0, one - per_token), per_token=per_token, per_catch_up=per_catch_up), timings
 
 
 PROBE_CONTEXT = 32  # cached tokens before the probe's passes (a short prefill: the probe only sizes the work)
@@ -201,31 +271,53 @@ def load_or_measure(model, drafters: list, max_gamma: int, *, remeasure: bool = 
         announce(f"measuring this machine's costs once: about {_duration(seconds)}"
                  + (f" and the drafting of {', '.join(new_drafters)}" if new_drafters else "")
                  + f" (cached in {path}; later starts read it)")
-    if costs is None:
-        announce(f"measuring this machine's costs of target passes over 1..{largest} tokens")
-        measured_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        costs = CostModel(measure_pass_costs(model.net, context, list(range(1, largest + 1)), repeats), key=key,
-                          description={**description, "context": context, "measured_at": measured_at})
-        changed = True
-    elif pass_sizes:
-        announce(f"measuring this machine's costs of target passes over {pass_sizes[0]}..{pass_sizes[-1]} tokens "
-                 f"(added to {path})")
-        costs.pass_seconds.update(measure_pass_costs(model.net, context, pass_sizes, repeats))
+    settled = True  # every measurement settled (not busy): the table may be cached
+    if pass_sizes:
+        announce(f"measuring this machine's costs of target passes over {pass_sizes[0]}..{pass_sizes[-1]} tokens"
+                 + (f" (added to {path})" if costs is not None else ""))
+        _, timings, ok = checked("target passes", lambda: (None, measure_pass_costs(model.net, context, pass_sizes, repeats)))
+        settled &= ok
+        if costs is None:
+            measured_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+            costs = CostModel({}, key=key, description={**description, "context": context, "measured_at": measured_at})
+        costs.pass_seconds.update(timings.medians())
+        costs.pass_spread.update(timings.spreads())
         changed = True
     if row_sizes:
         announce(f"measuring this machine's costs of passes over {', '.join(map(str, batch_sizes))} rows")
-        overheads, one_row = measure_row_costs(model.net, context, batch_sizes, repeats)
+        (overheads, one_row), _, ok = checked("passes over several rows",
+                                              lambda: measure_row_costs(model.net, context, batch_sizes, repeats))
+        settled &= ok
         costs.row_seconds.update(overheads)
         costs.pass_seconds.update({n: t for n, t in one_row.items() if n not in costs.pass_seconds})
         changed = True
     for drafter in drafters:
         if drafter.name not in costs.draft_costs:
             announce(f"measuring this machine's costs of drafting with {drafter.name}")
-            costs.draft_costs[drafter.name] = measure_draft_cost(model, drafter, context, max_gamma, repeats)
+            cost, timings, ok = checked(f"{drafter.name}'s drafting",
+                                        lambda: measure_draft_cost(model, drafter, context, max_gamma, repeats))
+            settled &= ok
+            costs.draft_costs[drafter.name] = cost
+            costs.draft_spread[drafter.name] = max(timings.spreads().values())
             digest = drafter.weights_digest()
             if digest is not None:
                 costs.draft_weights[drafter.name] = digest
             changed = True
-    if cache and changed:
+    if cache and changed and settled and not costs.dropped:
         write_cached(path, costs)
     return costs
+
+
+def drop_if_drifted(costs: CostModel) -> list[str]:
+    """Where real rounds have drifted from the table (`CostModel.drift`), remove its cached file, once,
+    so that the next start measures again (announced); this run goes on with the table it has.
+    Returns what drifted (empty: nothing, or already dropped)."""
+    if costs.dropped:
+        return []
+    drifted = costs.drift()
+    if drifted:
+        costs.dropped = True
+        (costs_dir() / f"{costs.key}.json").unlink(missing_ok=True)
+        announce(f"this machine's measured costs no longer describe its rounds ({'; '.join(drifted)}): "
+                 "the next start measures them again")
+    return drifted

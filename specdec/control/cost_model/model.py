@@ -1,23 +1,31 @@
 """The cost model's numbers and its arithmetic: T(k), D_d(γ), T(B, N) and the predicted speed-up.
 
-The measured curve (`measure.py`) is a tight loop at one context length; a real round also pays for
-acceptance, commit and detokenizing, at the request's own context length. In the 30-prompt benchmark
-a round verifying 3.3 tokens cost 1.28 plain rounds where the curve said 1.8. So the engine reports
-the time of every round it runs (`observe_round`), and `target_pass` scales the measured T(k) by a
-running level (how much dearer than measured rounds are now) times a factor for that k
-(`Calibration`): the shape comes from the measurement until the run's own rounds of that size say
-otherwise. Draft costs are calibrated the same way, per
-drafter and γ, from the seconds the engine's `propose` calls take (`observe_draft`). The analysis of a
-run (`control/analysis.py`: the bench's and `explain`'s predictions) prices passes by the means of
-every round observed (`observed_pass`), not by the recent ones the policy needs. Calibrations
-live in memory only; `to_json` / `from_json` are what the cache file (`cache.py`) keeps.
+The policy prices every choice by the cost table as measured and cached (`measure.py`): T(k), D_d(γ)
+and T(B, N), interpolated, nothing else. So its choices do not depend on how long this process's
+rounds happened to take.
+
+The engine still reports the time of every round it runs (`observe_round`) and of every proposal
+(`observe_draft`); `Calibration` keeps, per size, how much dearer than the table real rounds were on
+average (a round also pays for acceptance and commit, at the request's own context length). Two
+readers use it:
+
+- the analysis of a run (`control/analysis.py`: the bench's and `explain`'s predictions) prices
+  passes by the means of every round observed (`observed_pass`), so that its "predicted × plain"
+  compares like with like;
+- the drift check (`drift`): where, over at least DRIFT_MIN_ROUNDS rounds of a size, real rounds cost
+  more than DRIFT_BOUND times (or less than 1 / DRIFT_BOUND of) what the table's shape says beside
+  plain rounds, or a drafter's proposals did against the passes, the table no longer describes the
+  machine: the engine drops the cached file, and the next start measures again (announced).
+
+Calibrations live in memory only; `to_json` / `from_json` are what the cache file (`cache.py`) keeps.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-FORMAT_VERSION = 2  # 2: drafters re-measured once a chain's catch-up computed one row of draft logits
+FORMAT_VERSION = 3  # 3: measured interleaved and repeated, with each figure's spread; 2: drafters re-measured
+# once a chain's catch-up computed one row of draft logits
 
 
 @dataclass
@@ -32,117 +40,58 @@ class DraftCost:
         return self.per_call + self.per_token * gamma + self.per_catch_up * caught_up if gamma else 0.0
 
 
-CALIBRATION_MEMORY = 0.97  # weight an observation keeps per later one (the level: of any size; a factor: of its size)
-CALIBRATION_PRIOR = 1.0  # observations' worth of weight the measured curve starts with (fading like theirs)
-RATIO_LIMITS = (0.25, 4.0)  # an observed / measured ratio outside this is clipped (a stall, a page fault)
-FACTOR_LIMITS = (0.5, 2.0)  # and a ratio over the level, for a size's factor
-
-
-@dataclass
-class RunningRatio:
-    """A running mean that forgets by CALIBRATION_MEMORY per observation, starting at 1 with the
-    weight of CALIBRATION_PRIOR observations, which fades as theirs do."""
-
-    total: float = 0.0  # discounted Σ of the observations
-    count: float = 0.0  # discounted number of observations
-    prior: float = CALIBRATION_PRIOR  # the weight left to the starting value of 1
-
-    def add(self, value: float) -> None:
-        self.total = self.total * CALIBRATION_MEMORY + value
-        self.count = self.count * CALIBRATION_MEMORY + 1
-        self.prior *= CALIBRATION_MEMORY
-
-    @property
-    def mean(self) -> float:
-        return self.mean_from(1.0)
-
-    def mean_from(self, start: float) -> float:
-        """The running mean had it started at `start` (a value the caller keeps up to date)."""
-        return (self.total + self.prior * start) / (self.count + self.prior)
+RATIO_LIMITS = (0.25, 4.0)  # an observed / table ratio outside this is clipped (a stall, a page fault)
+DRIFT_BOUND = 1.5  # real rounds of a size this much dearer (or cheaper) than the table's shape: measure again...
+DRIFT_MIN_ROUNDS = 100  # ...once that many rounds of the size (and of plain rounds, or proposals) say so
 
 
 @dataclass
 class Calibration:
-    """Running correction of a measured curve by what real calls cost: ratio(k) = level · factor(k),
-    observed seconds over measured seconds for size k. A size is the k of a target pass T(k), or the
-    γ of a drafter's proposal D(γ); the `reference` size (1: a plain round, a one-token proposal) has
-    a factor of 1.
-
-    - level: the reference size's running ratio, from every observation of any size k as r / factor(k):
-      how much dearer than measured a plain round is now (a longer context, a slower machine today);
-      it moves within some 30 rounds, plain or not.
-    - factor(k): the running mean of r / level over the observations of size k:
-      what size k cost relative to the reference size at the time, beyond the measured shape; it
-      forgets only when size k is observed again. It starts from the same mean over the
-      observations of every size but the reference (what the extra rows and their acceptance cost
-      beyond the measured shape, alike for all sizes), which a size never observed takes.
-
-    Each starts at 1 (the measured curve) with the weight of CALIBRATION_PRIOR observations.
-
-    Kept apart, a size seen rarely keeps its cost relative to a plain round while the level follows
-    the plain rounds: with one running ratio per size, a 4-token round last seen on a short prompt was
-    priced at that prompt's level on a long one. On the 135M model at T = 1 (most rounds plain), the
-    sizes of lookups' rounds were priced 8-11% under what they cost beside the same prompt's plain
-    rounds (acceptance over k + 1 positions, a pass over more rows after many one-row passes: neither
-    is in the tight-loop measurement), and `auto` was judged to gain where it lost."""
+    """What real calls cost beside the table, as means over every observation: for each size k (the k
+    of a target pass T(k), or the γ of a drafter's proposal D(γ)) the mean ratio r = observed seconds /
+    table seconds, each clipped to RATIO_LIMITS first, so that a stall moves a mean little. The
+    analysis of a run multiplies each size's rounds by its mean (what they cost over the run,
+    whatever the context length when they came); the drift check compares a size's mean with the
+    reference size's (1: a plain round, a one-token proposal). Nothing here reaches the policy."""
 
     reference: int = 1
-    per_size: dict[int, RunningRatio] = field(default_factory=dict)  # k → its factor
-    beyond: RunningRatio = field(default_factory=RunningRatio)  # every size but the reference: their factor
-    overall: RunningRatio = field(default_factory=RunningRatio)  # the level
-    # the same, never forgetting (`lifetime_ratio`): [Σ, observations] of the level and of each size's factor
-    lifetime_level: list[float] = field(default_factory=lambda: [0.0, 0.0])
-    lifetime_factors: dict[int, list[float]] = field(default_factory=dict)
+    sums: dict[int, list[float]] = field(default_factory=dict)  # k → [Σ r, observations]
 
     def observe(self, tokens: int, ratio: float) -> None:
-        ratio = min(max(ratio, RATIO_LIMITS[0]), RATIO_LIMITS[1])
-        level, factor = self.level(), self.factor(tokens)
-        self.overall.add(ratio / factor)
-        self.lifetime_level[0] += ratio / factor
-        self.lifetime_level[1] += 1
-        if tokens != self.reference:
-            relative = min(max(ratio / level, FACTOR_LIMITS[0]), FACTOR_LIMITS[1])
-            self.per_size.setdefault(tokens, RunningRatio()).add(relative)
-            self.beyond.add(relative)
-            lifetime = self.lifetime_factors.setdefault(tokens, [0.0, 0.0])
-            lifetime[0] += relative
-            lifetime[1] += 1
-
-    def level(self) -> float:
-        return self.overall.mean
-
-    def factor(self, tokens: int, shared: float | None = None) -> float:
-        """factor(k) (`shared`: the mean over every size but the reference, when the caller has it)."""
-        if tokens == self.reference:
-            return 1.0
-        shared = self.beyond.mean if shared is None else shared
-        own = self.per_size.get(tokens)
-        return own.mean_from(shared) if own else shared
-
-    def ratio(self, tokens: int) -> float:
-        return self.level() * self.factor(tokens)
+        seen = self.sums.setdefault(tokens, [0.0, 0.0])
+        seen[0] += min(max(ratio, RATIO_LIMITS[0]), RATIO_LIMITS[1])
+        seen[1] += 1
 
     def lifetime_ratio(self, tokens: int) -> float:
-        """level · factor(k) as the means of every observation so far, none forgotten (the current
-        ones where there is none): what rounds of size k cost over a whole run, relative to the
-        measured curve. The analysis of a run prices its rounds so; the running ratio is the price
-        of the next round, and at a run's end it holds the last prompt's state (a factor last seen
-        there, the level at its context length)."""
-        total, count = self.lifetime_level
-        level = total / count if count else self.level()
-        if tokens == self.reference:
-            return level
-        seen = self.lifetime_factors.get(tokens)
-        return level * (seen[0] / seen[1] if seen else self.factor(tokens))
+        """The mean r of size k; where k was never observed, that of the reference size, or of every
+        size (1 before any observation)."""
+        for key in (tokens, self.reference):
+            if key in self.sums:
+                total, count = self.sums[key]
+                return total / count
+        return self.overall()
 
-    def ratios(self, sizes: range) -> list[float]:
-        """ratio(k) for each k of `sizes`, the level and the shared factor computed once."""
-        level, shared = self.level(), self.beyond.mean
-        return [level * self.factor(size, shared) for size in sizes]
+    def factor(self, tokens: int) -> float:
+        """What size k cost over the reference size, beyond the table's shape."""
+        return self.lifetime_ratio(tokens) / self.lifetime_ratio(self.reference)
+
+    def drifted_sizes(self) -> dict[int, float]:
+        """{k: factor(k)} for the sizes whose factor is beyond DRIFT_BOUND either way, each over at least
+        DRIFT_MIN_ROUNDS observations of k and of the reference size."""
+        if self.sums.get(self.reference, [0, 0])[1] < DRIFT_MIN_ROUNDS:
+            return {}
+        return {k: self.factor(k) for k, (_, count) in sorted(self.sums.items())
+                if k != self.reference and count >= DRIFT_MIN_ROUNDS
+                and not 1 / DRIFT_BOUND <= self.factor(k) <= DRIFT_BOUND}
 
     @property
     def observations(self) -> float:
-        return self.overall.count
+        return sum(count for _, count in self.sums.values())
+
+    def overall(self) -> float:
+        """The mean r over every observation of every size (1 before any)."""
+        total, count = map(sum, zip(*self.sums.values())) if self.sums else (0.0, 0.0)
+        return total / count if count else 1.0
 
 
 @dataclass
@@ -153,26 +102,16 @@ class CostModel:
     row_seconds: dict[int, float] = field(default_factory=dict)  # B → extra seconds of B rows over one (serving)
     key: str = ""
     description: dict = field(default_factory=dict)  # machine, model, when measured
-    calibration: Calibration = field(default_factory=Calibration)  # T(k), from real rounds; never cached
-    draft_calibration: dict[str, Calibration] = field(default_factory=dict)  # drafter → D(γ)'s; never cached
-    calibrate: bool = True  # False: T(k), D(γ) stay as measured, so the policy's choices do not depend on timing
+    # the measurement's spread: size k → (p90 − p10) / median of its repeats; drafter → that of its proposals
+    pass_spread: dict[int, float] = field(default_factory=dict)
+    draft_spread: dict[str, float] = field(default_factory=dict)
+    calibration: Calibration = field(default_factory=Calibration)  # T(k) in real rounds; never cached
+    draft_calibration: dict[str, Calibration] = field(default_factory=dict)  # drafter → D(γ) in real rounds; never cached
+    calibrate: bool = True  # False: real rounds are not recorded (the analysis prices by the table)
+    dropped: bool = False  # its cached file was removed, having drifted (`measure.drop_if_drifted`): not written again
 
     def target_pass(self, tokens: int) -> float:
-        """T(tokens): the measured curve scaled by what real rounds of this size cost (`Calibration`)."""
-        return self.measured_pass(tokens) * self.calibration.ratio(tokens)
-
-    def observed_pass(self, tokens: int) -> float:
-        """T(tokens) as the rounds of this engine's life so far cost on average (`Calibration.lifetime_ratio`;
-        as measured where calibration is off): how a run's analysis prices its passes."""
-        return self.measured_pass(tokens) * (self.calibration.lifetime_ratio(tokens) if self.calibrate else 1.0)
-
-    def observe_round(self, tokens: int, seconds: float) -> None:
-        """A round that verified `tokens` tokens (1: a plain step) took `seconds`, draft excluded."""
-        if self.calibrate and seconds > 0:
-            self.calibration.observe(tokens, seconds / self.measured_pass(tokens))
-
-    def measured_pass(self, tokens: int) -> float:
-        """T(tokens) as measured (not smoothed: on a CPU, GEMM kernels make some sizes genuinely
+        """T(tokens) as the table has it (not smoothed: on a CPU, GEMM kernels make some sizes genuinely
         cheaper than smaller ones); past the measured sizes, extended linearly."""
         if tokens in self.pass_seconds:
             return self.pass_seconds[tokens]
@@ -188,6 +127,16 @@ class CostModel:
         slope = (self.pass_seconds[above] - self.pass_seconds[below]) / (above - below)
         return self.pass_seconds[below] + slope * (tokens - below)
 
+    def observed_pass(self, tokens: int) -> float:
+        """T(tokens) as the rounds of this engine's life so far cost on average (`Calibration.lifetime_ratio`;
+        as the table has it where calibration is off): how a run's analysis prices its passes."""
+        return self.target_pass(tokens) * (self.calibration.lifetime_ratio(tokens) if self.calibrate else 1.0)
+
+    def observe_round(self, tokens: int, seconds: float) -> None:
+        """A round that verified `tokens` tokens (1: a plain step) took `seconds`, draft excluded."""
+        if self.calibrate and seconds > 0:
+            self.calibration.observe(tokens, seconds / self.target_pass(tokens))
+
     def observe_draft(self, drafter: str, gamma: int, seconds: float, caught_up: int = 0) -> None:
         """`drafter` took `seconds` to propose γ tokens in a real round, reading `caught_up` committed
         tokens first."""
@@ -195,12 +144,24 @@ class CostModel:
         if self.calibrate and seconds > 0 and measured > 0:
             self.draft_calibration.setdefault(drafter, Calibration()).observe(gamma, seconds / measured)
 
+    def drift(self) -> list[str]:
+        """What real rounds say the table gets wrong, beyond DRIFT_BOUND over at least DRIFT_MIN_ROUNDS
+        rounds (`Calibration`): passes of a size against plain passes, or a drafter's proposals
+        against the passes. Empty: the table holds."""
+        out = [f"passes over {k} tokens cost {factor:.2f}× what the table says beside one-token passes"
+               for k, factor in self.calibration.drifted_sizes().items()]
+        level = self.calibration.lifetime_ratio(1)
+        for name, calibration in sorted(self.draft_calibration.items()):
+            if calibration.observations >= DRIFT_MIN_ROUNDS:
+                relative = calibration.overall() / level
+                if not 1 / DRIFT_BOUND <= relative <= DRIFT_BOUND:
+                    out.append(f"{name}'s drafting cost {relative:.2f}× what the table says beside the passes")
+        return out
+
     def draft_seconds(self, drafter: str, gamma: int, caught_up: int = 0) -> float:
-        """D_drafter(γ): the measured fit scaled by what real proposals of this γ cost; with
-        `caught_up`, of a proposal that first reads that many committed tokens."""
-        calibration = self.draft_calibration.get(drafter)
-        ratio = calibration.ratio(gamma) if calibration else 1.0
-        return self.draft_costs[drafter].seconds(gamma, caught_up) * ratio
+        """D_drafter(γ) as the table has it; with `caught_up`, of a proposal that first reads that many
+        committed tokens."""
+        return self.draft_costs[drafter].seconds(gamma, caught_up)
 
     def row_overhead(self, rows: int) -> float:
         """What `rows` separate rows cost beyond one row of as many tokens (0 for one row, or unmeasured)."""
@@ -231,15 +192,13 @@ class CostModel:
     def pass_prices(self, rows: int, largest: int) -> list[float]:
         """[T(B, B + n) for n = 0 .. largest]: a round's prices of passes, worked out once for all of
         its candidates (`predicted_speedups(passes=)`)."""
-        ratios = self.calibration.ratios(range(rows, rows + largest + 1))
         overhead = self.row_overhead(rows)
-        return [self.measured_pass(rows + n) * ratio + overhead for n, ratio in enumerate(ratios)]
+        return [self.target_pass(rows + n) + overhead for n in range(largest + 1)]
 
     def draft_prices(self, drafter: str, largest: int, caught_up: int = 0) -> list[float]:
-        """[D(γ) for γ = 1 .. largest], as `draft_seconds` gives each (reading `caught_up` tokens first)."""
-        cost, calibration = self.draft_costs[drafter], self.draft_calibration.get(drafter)
-        ratios = calibration.ratios(range(1, largest + 1)) if calibration else [1.0] * largest
-        return [cost.seconds(gamma, caught_up) * ratio for gamma, ratio in enumerate(ratios, 1)]
+        """[D(γ) for γ = 1 .. largest] (reading `caught_up` tokens first)."""
+        cost = self.draft_costs[drafter]
+        return [cost.seconds(gamma, caught_up) for gamma in range(1, largest + 1)]
 
     def predicted_speedups(self, drafter: str, expected_tokens: list[float], verified: list[int] | None = None,
                            rows: int = 1, passes: list[float] | None = None, caught_up: int = 0) -> list[float]:
@@ -260,8 +219,10 @@ class CostModel:
             "key": self.key,
             "description": self.description,
             "pass_seconds": {str(k): v for k, v in sorted(self.pass_seconds.items())},
+            "pass_spread": {str(k): v for k, v in sorted(self.pass_spread.items())},
             "draft_costs": {name: {"per_call": c.per_call, "per_token": c.per_token, "per_catch_up": c.per_catch_up}
                             for name, c in self.draft_costs.items()},
+            "draft_spread": dict(sorted(self.draft_spread.items())),
             "row_seconds": {str(b): v for b, v in sorted(self.row_seconds.items())},
             "draft_weights": dict(sorted(self.draft_weights.items())),
         }
@@ -277,6 +238,8 @@ class CostModel:
             draft_weights={str(n): str(d) for n, d in data.get("draft_weights", {}).items()},
             key=data["key"],
             description=data.get("description", {}),
+            pass_spread={int(k): float(v) for k, v in data.get("pass_spread", {}).items()},
+            draft_spread={str(n): float(v) for n, v in data.get("draft_spread", {}).items()},
         )
 
 
