@@ -121,7 +121,6 @@ class FixedPolicy:
         pass
 
 
-
 class AdaptivePolicy:
     """Chooses the drafter and γ each round to maximise predicted speed-up; decodes plainly where none
     pays, probing the drafters now and then (module docstring: the rule)."""
