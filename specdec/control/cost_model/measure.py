@@ -9,8 +9,9 @@ a drafter's cost is measured the first time it is used and again when its weight
 Every figure is the median of repeats, sizes interleaved (a sweep over every size, then the next
 sweep), so that drift of the machine hits all sizes alike. A measurement is checked before it is
 kept: where one repeat took OUTLIER (3) times its median or more, or the repeats spread (p90 − p10)
-by more than SPREAD_LIMIT (100%) of the median, either by more than OUTLIER_FLOOR (5 ms), the machine was busy (a compile, another process's threads)
-and it is measured again, announced, up to MEASURE_TRIES times; a measurement that never settles is
+by more than SPREAD_LIMIT (100%) of the median, either by more than OUTLIER_FLOOR (5 ms), the machine
+was busy (a compile, another process's threads) and it is measured again, announced, up to
+MEASURE_TRIES times; a measurement that never settles is
 used for this run but not cached. The spread of each figure is cached beside it (`specdec costs`
 shows it). Where real rounds later drift from the table (`CostModel.drift`), `drop_if_drifted`
 removes the cached file so that the next start measures again.
@@ -173,15 +174,15 @@ def measure_draft_cost(model, drafter, context: int, max_gamma: int, repeats: in
 
     def timed(gamma: int) -> float:
         nonlocal calls
-        times = samples.setdefault(gamma, [])
+        times = []
         for _ in range(repeats + 1):  # the first call of each size is a warm-up (and a catch-up)
             asked = grown[:context + calls] if grown else tokens
             calls += 1
             start = time.perf_counter()
             drafter.propose(asked, gamma, greedy, generator)
             times.append(time.perf_counter() - start)
-        del times[0]
-        return statistics.median(times)
+        samples[gamma] = times[1:]
+        return statistics.median(times[1:])
 
     one, many = timed(1), timed(max_gamma)
     per_token = max(0.0, (many - one) / (max_gamma - 1)) if max_gamma > 1 else 0.0

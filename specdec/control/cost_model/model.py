@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-FORMAT_VERSION = 3  # 3: measured interleaved and repeated, with each figure's spread; 2: drafters re-measured
-# once a chain's catch-up computed one row of draft logits
+FORMAT_VERSION = 3  # 3: each figure's spread kept beside it, busy measurements not cached; 2: drafters
+# re-measured once a chain's catch-up computed one row of draft logits
 
 
 @dataclass
