@@ -26,7 +26,9 @@ import torch
 
 from specdec.decode import batch as batch_module
 from specdec.control.cost_model import CostModel, DraftCost
+from specdec.control.policy import AdaptivePolicy
 from specdec.drafters import DraftModelDrafter, EarlyExitDrafter, PromptLookupDrafter
+from specdec.drafters.suffix import SuffixDrafter
 from specdec.decode.batch import TextAssembler
 from specdec.decode.engine import Engine, GenerationConfig
 from specdec.records.trace import ACCEPTED
@@ -79,6 +81,30 @@ def test_greedy_adaptive_drafter_choice_equals_plain(tiny_target, draft_model, d
         models = [d for d in spec.stats.decisions if d["drafter"].split(":")[0] not in {"ngram", "suffix+corpus", "plain"}]
         assert all(d["reason"].startswith("probe") for d in models), models
         assert len(models) < len(spec.stats.decisions) / 2, spec.stats.decisions
+
+
+def test_greedy_suffix_choosing_between_its_two_texts_equals_plain(tiny_target, monkeypatch):
+    """A suffix drafter whose corpus holds plain decoding's answer with every fifth token changed
+    matches in both texts (its corpus's long matches go wrong at the changed tokens): the policy
+    verifies the alternative of some proposals, and the output is still plain decoding's."""
+    config = GenerationConfig(max_new_tokens=80, ignore_eos=True)
+    plain = Engine(tiny_target).generate(PROMPT, config).token_ids
+    corpus = [[t if i % 5 else (t + 1) % 64 for i, t in enumerate(PROMPT + plain)]]
+    chosen = {"proposal": 0, "alternative": 0}
+    offer = AdaptivePolicy.offer
+
+    def counting_offer(self, index, draft, rows=1, passes=None):
+        weighed = offer(self, index, draft, rows, passes)
+        if weighed:
+            chosen["alternative" if weighed[1] is draft.alternative else "proposal"] += 1
+        return weighed
+
+    monkeypatch.setattr(AdaptivePolicy, "offer", counting_offer)
+    drafter = SuffixDrafter(corpus, min_match=1)
+    spec = Engine(tiny_target, drafter, cost_model=synthetic_costs([drafter], 0.0)).generate(PROMPT, config)
+    assert spec.token_ids == plain
+    assert chosen["alternative"] > 0 and chosen["proposal"] > 0, chosen
+    assert 0 < spec.stats.accepted < spec.stats.drafted
 
 
 def test_greedy_equality_through_the_transformers_adapter(tiny_folder, draft_model):

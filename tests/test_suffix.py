@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from specdec.drafters.base import CORPUS, REQUEST
 from specdec.drafters.suffix import SEPARATOR, SuffixAutomaton, SuffixDrafter, read_corpus
 from specdec.errors import SpecdecError
 from specdec.sampling import SamplingParams
@@ -77,6 +78,27 @@ def test_corpus_proposes_the_most_frequent_continuation_and_candidates():
     drafter.begin([0, 2, 3], 64)
     assert drafter.propose([0, 2, 3], 2, GREEDY, None).tokens == [5, 6]  # 5 follows "2 3" twice
     assert drafter.candidates([0, 2, 3], 2, 2) == [[5, 6], [4]]
+
+
+def test_a_match_in_both_texts_offers_the_longer_with_the_other_as_its_alternative():
+    """Matched in the request's text and in the corpus, the longer match is the proposal (the request's
+    on a tie) and the other its alternative, each labelled with its source: the policy weighs them by
+    what each text's matches were worth."""
+    drafter = SuffixDrafter([[7, 8, 9, 1, 2, 3, 40, 41]], min_match=2)
+    prompt = [2, 3, 30, 31, 8, 9, 1, 2, 3]  # "2 3" earlier in the request, "8 9 1 2 3" in the corpus
+    drafter.begin(prompt, 64)
+    draft = drafter.propose(prompt, 2, GREEDY, None)
+    assert (draft.tokens, draft.match_length, draft.source) == ([40, 41], 5, CORPUS)
+    alternative = draft.alternative
+    assert (alternative.tokens, alternative.match_length, alternative.source) == ([30, 31], 2, REQUEST)
+    assert alternative.alternative is None and draft.prefix(1).source == CORPUS
+    tie = SuffixDrafter([[1, 2, 3, 40]], min_match=2)
+    tie.begin([2, 3, 30, 2, 3], 64)
+    draft = tie.propose([2, 3, 30, 2, 3], 1, GREEDY, None)
+    assert (draft.tokens, draft.source, draft.alternative.tokens, draft.alternative.source) == ([30], REQUEST, [40], CORPUS)
+    alone = SuffixDrafter(min_match=2)
+    alone.begin(prompt, 64)
+    assert alone.propose(prompt, 2, GREEDY, None).alternative is None  # no corpus: one proposal
 
 
 def test_min_match_and_learning_outputs():

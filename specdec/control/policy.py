@@ -17,8 +17,11 @@ The rule, each round:
 
 1. Lookups (`DrafterTraits.looks_up`: n-gram, suffix), which cost almost nothing to ask, are asked
    first for up to max γ tokens, and each proposal becomes an offer: its prefix with the best S,
-   computed from the acceptance seen after matches of the same length (one estimate per match
-   length). The model drafters (the others) are weighed by their own estimates at every γ.
+   computed from the acceptance seen after matches of the same length in the same text (one
+   estimate per source and match length: the request's own text and a corpus of other texts predict
+   very different acceptance). Of a proposal matched in both texts (`Draft.alternative`), the one
+   with the better offer. The model drafters (the others) are weighed by their own estimates at
+   every γ.
 2. The candidate with the largest S above 1 drafts: a lookup where the text repeats itself, a model
    where it does not. With γ fixed by hand, the best drafter at that γ drafts, whatever S says.
 3. Where none predicts a gain, a drafter due for a probe drafts (`explorer.py`: the schedule, from
@@ -48,6 +51,7 @@ replaced: docs/bench/POLICY-HISTORY.md.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -55,6 +59,7 @@ from dataclasses import dataclass
 from specdec.control.acceptance import ConfidenceAcceptance, PositionAcceptance
 from specdec.control.cost_model import CostModel
 from specdec.control.explorer import PROBE_MAX, Explorer, probe_interval
+from specdec.drafters.base import REQUEST, Draft
 
 FREE_SHARE = 0.02  # a drafter whose longest draft costs at most this share of a one-token pass is "free"
 MATCH_BUCKETS = 6  # lookups' acceptance is kept apart by match length 0, 1, ... 6 (6 = 6 or more)
@@ -88,6 +93,7 @@ class RoundPlan:
     gamma: int  # tokens to draft (0 for a plain round)
     predicted_speedup: float  # S of this choice (1.0 for a plain round)
     explanation: str | Callable[[], str]  # why, or what writes it when asked: few rounds' reasons are read
+    proposal: Draft | None = None  # a lookup's plan: the tokens of its proposal to verify (γ of them)
 
     @property
     def reason(self) -> str:
@@ -97,8 +103,7 @@ class RoundPlan:
 
     def settled(self) -> RoundPlan:
         """The same plan with its reason written now."""
-        return self if isinstance(self.explanation, str) else RoundPlan(self.drafter, self.gamma,
-                                                                         self.predicted_speedup, self.reason)
+        return self if isinstance(self.explanation, str) else dataclasses.replace(self, explanation=self.reason)
 
 
 class FixedPolicy:
@@ -117,7 +122,7 @@ class FixedPolicy:
         return None  # γ fixed by hand: every token of it is drafted
 
     def observe(self, plan: RoundPlan, drafted: int, accepted: int, match_length: int = 0,
-                confidence: list[float] | None = None, caught_up: int = 0) -> None:
+                confidence: list[float] | None = None, caught_up: int = 0, source: str = REQUEST) -> None:
         pass
 
 
@@ -136,7 +141,8 @@ class AdaptivePolicy:
         # per drafter: [n(1) .. n(max γ)], the draft tokens verified at each depth
         self.verified_counts = [[d.verified(gamma) for gamma in range(1, max(self.gammas) + 1)] for d in self.drafters]
         self.acceptance = [PositionAcceptance(prior, memory, positions=max(self.gammas)) for _ in self.drafters]
-        self.by_match: list[dict[int, PositionAcceptance]] = [{} for _ in self.drafters]  # lookups: match length → α
+        # lookups: (source, match length) → α
+        self.by_match: list[dict[tuple[str, int], PositionAcceptance]] = [{} for _ in self.drafters]
         self.by_confidence = [ConfidenceAcceptance(memory) for _ in self.drafters]
         one_pass = costs.target_pass(1)
         self.free = [costs.draft_seconds(d.name, max(self.gammas)) <= FREE_SHARE * one_pass for d in self.drafters]
@@ -192,18 +198,24 @@ class AdaptivePolicy:
             out += [(speedups[gamma - 1], index, gamma) for gamma in self.gammas]
         return out
 
-    def offer(self, index: int, draft, rows: int = 1, passes: list[float] | None = None) -> tuple[float, int, int] | None:
-        """A lookup's proposal (a chain) as a candidate (S, index, k): its prefix of k ≥ 1 tokens with
-        the best predicted S, from the acceptance seen after matches as long as this one's (S may be
-        below 1: the chooser then takes it only as a probe); None for an empty proposal."""
-        if not len(draft):
-            return None
-        if draft.parents is not None:
-            raise ValueError(f"{self.names[index]} looks up chains; it proposed a tree")
-        expected = self._bucket(index, draft.match_length).expected_tokens_up_to(len(draft))
-        speedups = self.costs.predicted_speedups(self.names[index], expected, rows=rows, passes=passes)
-        best_k = max(range(1, len(speedups) + 1), key=lambda k: (speedups[k - 1], -k))
-        return speedups[best_k - 1], index, best_k
+    def offer(self, index: int, draft: Draft, rows: int = 1,
+              passes: list[float] | None = None) -> tuple[tuple[float, int, int], Draft] | None:
+        """A lookup's proposal (a chain, and its alternative if it has one) as a candidate (S, index, k)
+        and the proposal it is of: the prefix of k ≥ 1 tokens with the best predicted S, from the
+        acceptance seen after matches as long as this one's in the same text (S may be below 1: the
+        chooser then takes it only as a probe); None for an empty proposal."""
+        best = None
+        for choice in draft.choices():
+            if not len(choice):
+                continue
+            if choice.parents is not None:
+                raise ValueError(f"{self.names[index]} looks up chains; it proposed a tree")
+            expected = self._bucket(index, choice.match_length, choice.source).expected_tokens_up_to(len(choice))
+            speedups = self.costs.predicted_speedups(self.names[index], expected, rows=rows, passes=passes)
+            k = max(range(1, len(speedups) + 1), key=lambda k: (speedups[k - 1], -k))
+            if best is None or speedups[k - 1] > best[0][0]:
+                best = (speedups[k - 1], index, k), choice
+        return best
 
     def worst_loss(self, index: int, gamma: int, rows: int = 1, passes: list[float] | None = None) -> float:
         """What a round of drafter `index` drafting γ deep loses if none of its tokens is accepted, in
@@ -217,7 +229,7 @@ class AdaptivePolicy:
     def choose(self, rows: int = 1, proposals: dict | None = None, behind: dict[int, int] | None = None) -> RoundPlan:
         """This round's plan, for a row among `rows` sharing the pass (1: a request alone).
         `proposals`: what the drafters of `asks_first` proposed this round ({index: Draft}); when the
-        plan takes one, its γ is how many of those tokens to verify. `behind`: {index: committed tokens
+        plan takes one (or its alternative), `plan.proposal` holds the γ tokens of it to verify. `behind`: {index: committed tokens
         a model drafter would read first} (`Drafter.catch_up_tokens`; missing: 0), priced into its
         predictions, so that one that sat out many rounds is weighed with the catch-up it would pay."""
         self.rounds += 1
@@ -234,7 +246,9 @@ class AdaptivePolicy:
             return plan
         passes = self.costs.pass_prices(rows, self._largest_pass())  # the round's prices, for every candidate
         predictions = self.predictions(rows, passes, self.behind) if weigh_models else []
-        offers = [offer for index, draft in proposals.items() if (offer := self.offer(index, draft, rows, passes))]
+        weighed = {index: offer for index, draft in proposals.items() if (offer := self.offer(index, draft, rows, passes))}
+        offers = [candidate for candidate, _ in weighed.values()]
+        proposals = {index: proposal for index, (_, proposal) in weighed.items()}  # the one each offer is of
         best = self._best(predictions)
         offered = self._best(offers)
         # the reasons are written only if read (the decision log, a trace), before the round is observed
@@ -298,10 +312,13 @@ class AdaptivePolicy:
     def _lookup_plan(self, lookup: tuple[float, int, int], proposals: dict, why: Callable[[], str]) -> RoundPlan:
         """The plan that verifies the first k tokens of a lookup's proposal (`why`: the others' side)."""
         speedup, index, keep = lookup
-        match, proposed = proposals[index].match_length, len(proposals[index])
-        return RoundPlan(index, keep, speedup, lambda: f"{self.names[index]} found the last {match} tokens earlier in "
-                                                       f"the text: verifying {keep} of the {proposed} tokens that "
-                                                       f"followed them, predicted {speedup:.2f}× plain decoding ({why()})")
+        proposal = proposals[index]
+        match, proposed = proposal.match_length, len(proposal)
+        where = "earlier in the text" if proposal.source == REQUEST else f"in its {proposal.source}"
+        return RoundPlan(index, keep, speedup, lambda: f"{self.names[index]} found the last {match} tokens {where}: "
+                                                       f"verifying {keep} of the {proposed} tokens that followed "
+                                                       f"them, predicted {speedup:.2f}× plain decoding ({why()})",
+                         proposal.prefix(keep))
 
     def _ask(self, index: int, gamma: int) -> int:
         """A drafter that stops drafting by itself (`keep_drafting`) is asked for max γ."""
@@ -345,16 +362,19 @@ class AdaptivePolicy:
 
         return reason
 
-    def _bucket(self, index: int, match_length: int) -> PositionAcceptance:
-        key = min(match_length, MATCH_BUCKETS)
+    def _bucket(self, index: int, match_length: int, source: str) -> PositionAcceptance:
+        """Lookup `index`'s estimate after a match of this length found in `source` (its request's text
+        or a corpus: the same match length predicts very different acceptance in each)."""
+        key = (source, min(match_length, MATCH_BUCKETS))
         if key not in self.by_match[index]:
             self.by_match[index][key] = PositionAcceptance(self.prior, self.memory, positions=max(self.gammas))
         return self.by_match[index][key]
 
     def observe(self, plan: RoundPlan, drafted: int, accepted: int, match_length: int = 0,
-                confidence: list[float] | None = None, caught_up: int = 0) -> None:
+                confidence: list[float] | None = None, caught_up: int = 0, source: str = REQUEST) -> None:
         """A round of `plan` drafted `drafted` tokens deep and `accepted` of them were; a lookup's
-        proposal followed a match of `match_length` tokens, a chain said `confidence` of each token.
+        proposal followed a match of `match_length` tokens found in `source`, a chain said `confidence`
+        of each token.
         (`caught_up`, the committed tokens a model drafter read first, is part of the engine's
         interface; the choice priced it already.)"""
         if plan.drafter is None:
@@ -369,7 +389,7 @@ class AdaptivePolicy:
                 if self.drafters[index].stops_early and confidence:
                     self.by_confidence[index].observe(confidence, accepted)
                 if self.looks_first[index] and drafted:
-                    self._bucket(index, match_length).observe(drafted, accepted)
+                    self._bucket(index, match_length, source).observe(drafted, accepted)
             else:
                 acceptance.fade(self.idle_memory)
 

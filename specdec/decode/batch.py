@@ -210,8 +210,8 @@ class Row:
         drafter = self.drafters[plan.drafter] if plan.drafter is not None else None
         budget = min(plan.gamma, room)
         self.caught_up = 0  # committed tokens the drafter read first (what the rounds it sat out left it)
-        if plan.drafter in proposals:
-            draft = proposals[plan.drafter].prefix(plan.gamma)  # the tokens of it worth verifying
+        if plan.proposal is not None:
+            draft = plan.proposal  # the tokens of a lookup's proposal worth verifying
         elif drafter and budget > 0:
             early = self.policy.keep_drafting(plan, rows) if drafter.stops_early else None
             self.caught_up = drafter.catch_up_tokens(self.tokens)
@@ -305,7 +305,8 @@ class Row:
         # 6. record
         depth = draft.depth  # draft positions: a chain's length, a tree's depth ("drafted")
         if self.policy:
-            self.policy.observe(self.plan, depth, n, draft.match_length, draft.confidence, self.caught_up)
+            self.policy.observe(self.plan, depth, n, draft.match_length, draft.confidence, self.caught_up,
+                                source=draft.source)
         drafter = self.drafter
         self.stats.record_round(depth, n, verified_tokens=len(draft), drafter=drafter.name if drafter else "plain",
                                 gamma=self.plan.gamma, committed=len(pieces), draft_seconds=self.draft_seconds,

@@ -26,17 +26,26 @@ import torch
 from specdec.sampling import SamplingParams, argmax, logits_to_probs, sample
 from specdec.tree import TokenTree
 
+REQUEST = "request"  # a lookup's match found in the request's own text (its prompt and what was committed)
+CORPUS = "corpus"  # ...in other texts: documents given to the drafter, its own earlier outputs
+
 
 @dataclass
 class Draft:
     tokens: list[int]  # [k] proposed ids, k <= max_tokens (k = 0: nothing to propose this round)
     q: torch.Tensor | None = None  # [k, V] float32 draft probabilities; None = point mass
     match_length: int = 0  # lookup drafters: how many context tokens the match behind the proposal covers
+    source: str = REQUEST  # lookup drafters: the text the match was found in (REQUEST, or CORPUS: earlier texts)
+    alternative: Draft | None = None  # a lookup that matched in both texts: the other one's proposal (weighed too)
     parents: list[int] | None = None  # a token tree: node i hangs under parents[i] (-1: the root); None: a chain
     confidence: list[float] | None = None  # [k] a model's chain: the top probability of its distribution at each position
 
     def __len__(self) -> int:
         return len(self.tokens)
+
+    def choices(self) -> list[Draft]:
+        """This proposal and its alternative, if any: what a lookup offers the policy this round."""
+        return [self] if self.alternative is None else [self, self.alternative]
 
     @property
     def depth(self) -> int:
@@ -48,7 +57,7 @@ class Draft:
         if self.parents is not None:
             raise ValueError("a token tree has no prefix; verify it whole")
         return Draft(self.tokens[:k], None if self.q is None else self.q[:k], self.match_length,
-                     confidence=None if self.confidence is None else self.confidence[:k])
+                     source=self.source, confidence=None if self.confidence is None else self.confidence[:k])
 
 
 class Drafter(ABC):

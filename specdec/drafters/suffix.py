@@ -13,7 +13,9 @@ O(1) per token. From the matched state:
 - in the corpus automaton the draft follows, token by token, the transition whose target occurs
   most often in the corpus ("the continuation seen most often"); `candidates` gives the best few
   branches at the first step, for token trees.
-The longer of the two matches wins (the request on a tie); a match shorter than `min_match`
+The longer of the two matches is the proposal (the request's on a tie) and the other, if both
+matched, its `alternative`: the same match length predicts very different acceptance in the two
+texts, and the policy weighs each by its own (`control/policy.py`). A match shorter than `min_match`
 tokens proposes nothing. Point-mass proposals (q = None); no model call.
 """
 
@@ -24,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from specdec.drafters.base import Draft, Drafter
+from specdec.drafters.base import CORPUS, Draft, Drafter
 from specdec.errors import ConfigError, SpecdecError
 from specdec.sampling import SamplingParams
 
@@ -206,11 +208,21 @@ class SuffixDrafter(Drafter):
             return Draft([])
         request_end, request_len = self._request_match()
         corpus_state, corpus_len = self.corpus_match
-        if request_len >= max(corpus_len, self.min_match):
-            return Draft(self.request.tokens[request_end + 1 : request_end + 1 + max_tokens], match_length=request_len)
+        found = []  # (match length, proposal): the request's first, so that it wins a tie
+        if request_len >= self.min_match:
+            found.append((request_len, Draft(self.request.tokens[request_end + 1 : request_end + 1 + max_tokens],
+                                             match_length=request_len)))
         if corpus_len >= self.min_match:
-            return Draft(self.corpus.most_frequent_path(corpus_state, max_tokens), match_length=corpus_len)
-        return Draft([])
+            found.append((corpus_len, Draft(self.corpus.most_frequent_path(corpus_state, max_tokens),
+                                            match_length=corpus_len, source=CORPUS)))
+        # the longer match first (a stable sort: the request's on a tie)
+        found = sorted((pair for pair in found if len(pair[1])), key=lambda pair: -pair[0])
+        if not found:
+            return Draft([])
+        best = found[0][1]
+        if len(found) > 1:
+            best.alternative = found[1][1]  # the policy weighs both by what each text's matches were worth
+        return best
 
     def candidates(self, tokens: list[int], max_tokens: int, count: int) -> list[list[int]]:
         """Up to `count` continuations from the corpus, one per most frequent first token."""
