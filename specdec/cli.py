@@ -345,12 +345,21 @@ def cmd_costs(args, console) -> int:
     engine.cost_model = costs
     one = costs.target_pass(1)
     # the model's folder and the CPU's name, as long as the host makes them: wrapped within the table
-    table = Table(title=table_title(f"target passes: {target.name} on {costs.description['machine']['processor']}"))
-    for col in ("tokens scored", "ms", "× one-token pass", "spread"):
+    table = Table(title=table_title(f"target passes after {costs.context} cached tokens: {target.name} on "
+                                    f"{costs.description['machine']['processor']}"))
+    columns = ["tokens scored", "ms", "× one-token pass", "spread"]
+    if costs.per_context:  # what 1,000 more cached tokens add, and the shape there
+        columns[3:3] = ["+ ms per 1k cached", f"× at {costs.context + 1000}"]
+    for col in columns:
         table.add_column(col, justify="right")
+    longer = costs.context + 1000
     for size in sorted(costs.pass_seconds):
-        table.add_row(str(size), f"{costs.pass_seconds[size] * 1000:.2f}", f"{costs.target_pass(size) / one:.2f}",
-                      spread_text(costs.pass_spread.get(size)))
+        cells = [str(size), f"{costs.pass_seconds[size] * 1000:.2f}", f"{costs.target_pass(size) / one:.2f}",
+                 spread_text(costs.pass_spread.get(size))]
+        if costs.per_context:
+            cells[3:3] = [f"{costs.per_context.get(size, 0.0) * 1e6:.2f}",
+                          f"{costs.target_pass(size, longer) / costs.target_pass(1, longer):.2f}"]
+        table.add_row(*cells)
     console.print(table)
     drafts = figures_table("draft cost: per proposal + per drafted token", "drafter",
                            ("per proposal (ms)", "per token (ms)", "c = per token / T(1)", "spread"))

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from specdec.control import cost_model
 from specdec.control.analysis import drafter_breakdown
 from specdec.control.cost_model import CostModel, DraftCost, load_or_measure, measure
+from specdec.control.cost_model.model import DRIFT_MIN_ROUNDS
 from specdec.drafters import EarlyExitDrafter, PromptLookupDrafter, build_drafters
 from specdec.errors import ConfigError
 from specdec.records.stats import GenerationStats
@@ -140,6 +142,61 @@ def test_pass_cost_interpolation_and_extrapolation():
     assert CostModel({1: 2.0, 2: 1.0}).target_pass(4) == 1.0  # never extrapolated downwards
 
 
+def test_a_pass_is_priced_at_its_context_where_two_lengths_were_measured():
+    """With `per_context` (seconds a pass adds per cached token), T(k, L) = T(k) + slope(k) · (L − the
+    table's context), interpolated across sizes as T(k) is, and at least CONTEXT_FLOOR of T(k); without
+    it, or asked for no context, T(k) as measured. Kept in the cache file."""
+    from specdec.control.cost_model.model import CONTEXT_FLOOR
+
+    costs = CostModel({1: 1.0, 2: 1.2, 4: 1.6}, context=256, per_context={1: 0.001, 2: 0.002, 4: 0.004})
+    assert costs.target_pass(2) == 1.2 and costs.target_pass(2, 256) == 1.2
+    assert costs.target_pass(2, 1256) == pytest.approx(1.2 + 2.0)
+    assert costs.target_pass(3, 1256) == pytest.approx(1.4 + 3.0)  # both interpolated between 2 and 4
+    assert costs.target_pass(1, 0) == pytest.approx(1.0 - 0.256)  # shorter: cheaper, linearly
+    assert costs.target_pass(4, 0) == pytest.approx(1.6 - 1.024)
+    steep = CostModel({1: 1.0}, context=256, per_context={1: 0.01})
+    assert steep.target_pass(1, 0) == CONTEXT_FLOOR * 1.0  # (1 − 2.56 would be under the floor)
+    flat = CostModel({1: 1.0, 2: 1.2}, context=256)
+    assert flat.target_pass(2, 5000) == 1.2  # no slopes measured: as the table has it
+    again = CostModel.from_json(costs.to_json())
+    assert again.context == 256 and again.per_context == costs.per_context
+
+
+def test_rounds_that_cost_what_their_context_says_have_not_drifted():
+    """4-token rounds after 1,200 cached tokens cost 2.7× a plain round there, where the table (at 256)
+    says 1.5×: priced at their context, as the table's two lengths say, they have not drifted. The
+    control, the same table without its slopes: they have (on an AVX2 host 9-token passes were flagged
+    at 1.74× this way, and the table measured again for nothing)."""
+    def drift(per_context: dict) -> list[str]:
+        costs = CostModel({1: 1.0, 4: 1.5}, context=256, per_context=per_context)
+        with_slopes = CostModel({1: 1.0, 4: 1.5}, context=256, per_context={1: 1e-3, 4: 4e-3})
+        for _ in range(DRIFT_MIN_ROUNDS):
+            costs.observe_round(1, with_slopes.target_pass(1, 1200), 1200)
+            costs.observe_round(4, with_slopes.target_pass(4, 1200), 1200)
+        return costs.drift()
+
+    assert drift({1: 1e-3, 4: 4e-3}) == []
+    assert drift({}) != []
+
+
+def test_passes_are_measured_at_two_contexts_and_their_slopes_kept(tiny_target, costs_dir, monkeypatch):
+    """Where the model's window allows, passes are timed after COST_CONTEXT and after LONG_CONTEXT
+    cached tokens and `per_context` is what each cached token added (here a timer that charges 1 ms
+    per token and 10 µs per token per cached token: recovered exactly); a window too short for both:
+    one length, no slopes."""
+    def timings(net, context, sizes, repeats):
+        return measure.Timings({k: [1e-3 * k + 1e-5 * k * context] * 3 for k in sizes})
+
+    monkeypatch.setattr(measure, "measure_pass_costs", timings)
+    monkeypatch.setattr(measure, "COST_CONTEXT", 32)
+    monkeypatch.setattr(measure, "LONG_CONTEXT", 200)
+    costs = load_or_measure(tiny_target, [PromptLookupDrafter()], max_gamma=2, repeats=1, cache=False)
+    assert costs.context == 32 and costs.per_context == {k: pytest.approx(1e-5 * k) for k in (1, 2, 3)}
+    assert costs.target_pass(2, 200) == pytest.approx(2e-3 + 2e-5 * 200)
+    monkeypatch.setattr(measure, "LONG_CONTEXT", 100)  # 68 tokens further: under MIN_CONTEXT_SPAN
+    assert load_or_measure(tiny_target, [PromptLookupDrafter()], max_gamma=2, repeats=1, cache=False).per_context == {}
+
+
 def test_rounds_observed_calibrate_the_analysis_never_the_table():
     """Real rounds' times reach the calibration (what the analysis of a run prices by), never the
     table the policy prices by: T(k) stays as measured whatever the rounds took."""
@@ -192,7 +249,7 @@ def test_drift_is_reported_beyond_its_bound_over_enough_rounds():
     """4-token rounds that cost 2× what the table's shape says beside plain rounds, over
     DRIFT_MIN_ROUNDS rounds: the table has drifted. Controls: one round fewer, or 1.4× (within
     DRIFT_BOUND), is no drift."""
-    from specdec.control.cost_model.model import DRIFT_BOUND, DRIFT_MIN_ROUNDS
+    from specdec.control.cost_model.model import DRIFT_BOUND
 
     def after(rounds: int, factor: float) -> list[str]:
         costs = CostModel({1: 1.0, 4: 1.5})
@@ -253,7 +310,8 @@ def test_a_measurement_with_a_3x_outlier_is_measured_again_not_cached(tiny_targe
     path = costs_dir / f"{costs.key}.json"
     assert len(calls) == 2 and path.exists() and costs.pass_seconds[2] == 2e-2
     said = " ".join(capsys.readouterr().err.split())  # (announcements wrap at the terminal's width)
-    assert "looked busy while measuring target passes (1 once took 3.0× its median): measuring again" in said
+    assert re.search(r"looked busy while measuring target passes after \d+ cached tokens \(1 once took 3\.0× its "
+                     r"median\): measuring again", said), said
     path.unlink()
     calls = busy_then(measure.MEASURE_TRIES, monkeypatch)
     costs = load_or_measure(tiny_target, [PromptLookupDrafter()], max_gamma=2, repeats=1)

@@ -197,6 +197,31 @@ def test_a_lookup_keeps_apart_what_matches_in_the_request_and_in_a_corpus_predic
     assert sum(k > 0 for k in control[CORPUS]) > 50 or sum(map(true_speedup, control[REQUEST])) / 100 < 0.9 * best
 
 
+def test_a_lookup_drafts_where_the_context_is_short_and_not_where_it_makes_wide_passes_dear():
+    """Passes timed at two context lengths: T(k) = 1 + 0.1 (k − 1) after 256 cached tokens, and each
+    cached token adds 0.002 k (attention: every new token reads every cached one, as on an AVX2 host,
+    where T(2) / T(1) went from 1.2 at 256 to 1.7 at 1,256). A lookup accepted at 0.6 pays after 256
+    (S of one token 1.6 / 1.1) and not after 2,256 (1.6 · 5 / 9.1 = 0.88): it drafts in the first
+    and falls back to plain and probes in the second. The control, not told the context: drafts in
+    both."""
+    def drafted_share(context: int | None) -> float:
+        costs = CostModel({k: 1 + 0.1 * (k - 1) for k in range(1, 10)}, {"d": DraftCost(0.0, 0.0)},
+                          context=256, per_context={k: 0.002 * k for k in range(1, 10)})
+        policy, rng, drafted = AdaptivePolicy(costs, [lookup("d")], max_gamma=8), random.Random(0), 0
+        for number in range(400):
+            plan = policy.choose(proposals={0: Draft([0] * 8, match_length=4)}, context=context)
+            accepted = 0
+            while accepted < plan.gamma and rng.random() < 0.6:
+                accepted += 1
+            policy.observe(plan, plan.gamma, accepted, 4)
+            drafted += number >= 100 and plan.drafter is not None
+        return drafted / 300
+
+    assert drafted_share(256) == 1.0
+    assert drafted_share(2256) <= 0.1  # probes only
+    assert drafted_share(None) == 1.0  # the control: priced at the table's 256 throughout
+
+
 def test_a_lookup_is_asked_every_round_even_while_speculation_loses():
     """A losing lookup is still asked every round (asking costs nothing), but its proposals are
     verified only now and then, when the faded evidence of its match length predicts a gain again."""
@@ -615,8 +640,8 @@ def test_choices_depend_on_the_tokens_and_the_table_not_on_timing(monkeypatch):
     assert {d for d, _ in quiet} == {None, 0, 1}  # the run has all three kinds of round
     calibrated = CostModel.target_pass
 
-    def priced_by_real_rounds(self, tokens):
-        return calibrated(self, tokens) * self.calibration.lifetime_ratio(tokens)
+    def priced_by_real_rounds(self, tokens, context=None):
+        return calibrated(self, tokens, context) * self.calibration.lifetime_ratio(tokens)
 
     monkeypatch.setattr(CostModel, "target_pass", priced_by_real_rounds)
     assert decisions_on("noisy") != decisions_on("none")

@@ -7,7 +7,8 @@ For drafter d, with α_i its estimate of P(draft position i accepted | positions
     S_d(γ; B) = (E_d(γ) + B − 1) / B · T(B, B) / (T(B, B + n_d(γ)) + D_d(γ))    predicted speed-up
 
 n_d(γ) is the number of draft tokens verified (γ for a chain, the node count for a token tree of
-depth γ), T(B, N) the cost table's time of a pass over B rows holding N tokens and D_d(γ) its time for
+depth γ), T(B, N) the cost table's time of a pass over B rows holding N tokens, at the row's context
+(the tokens in its cache: attention makes wide passes dearer as it grows), and D_d(γ) its time for
 d to draft γ tokens (`control/cost_model/`), a model drafter's including the committed tokens it
 would read first (`choose(behind=)`, the rounds it sat out). With i.i.d. α, B = 1 and T(k) = T(1)
 this is the seed formula (1 − α^(γ+1)) / ((1 − α)(γc + 1)). Once the batch's pass is compute-bound,
@@ -115,7 +116,8 @@ class FixedPolicy:
 
     asks_first: list[int] = []  # no drafter is asked before the choice
 
-    def choose(self, rows: int = 1, proposals: dict | None = None, behind: dict[int, int] | None = None) -> RoundPlan:
+    def choose(self, rows: int = 1, proposals: dict | None = None, behind: dict[int, int] | None = None,
+               context: int | None = None) -> RoundPlan:
         return self.plan  # γ fixed by hand: nothing to weigh
 
     def keep_drafting(self, plan: RoundPlan, rows: int = 1) -> None:
@@ -154,6 +156,7 @@ class AdaptivePolicy:
         self.behind: dict[int, int] = {}  # this round's model drafters → committed tokens they would read first
         self.probing: int | None = None  # the drafter this round probes, if it is a probe
         self.rows = 1  # rows sharing this round's pass
+        self.context: int | None = None  # cached tokens before this round's pass (None: priced at the table's)
         self.weigh_models_at = 0  # the round from which the model drafters are weighed again (`REWEIGH_AFTER`)...
         self.judged_rows = 1  # ...or a round with other than the rows they were judged with
         self.decisions: list[dict] = []  # the choices, logged when they change
@@ -186,7 +189,7 @@ class AdaptivePolicy:
                     behind: dict[int, int] | None = None) -> list[tuple[float, int, int]]:
         """(S, drafter index, γ) for every candidate but the lookups asked first, with `rows` rows
         sharing the pass (`passes`: the round's `CostModel.pass_prices`; `behind`: as in `choose`)."""
-        passes = passes if passes is not None else self.costs.pass_prices(rows, self._largest_pass())
+        passes = passes if passes is not None else self.costs.pass_prices(rows, self._largest_pass(), self.context)
         behind = behind or {}
         out = []
         for index, name in enumerate(self.names):
@@ -221,19 +224,22 @@ class AdaptivePolicy:
         """What a round of drafter `index` drafting γ deep loses if none of its tokens is accepted, in
         one-token passes of the batch as the cost table prices them (a model drafter's catch-up included)."""
         count = self.verified_counts[index][gamma - 1] if not self.looks_first[index] else gamma
-        passes = passes if passes is not None else self.costs.pass_prices(rows, count)
+        passes = passes if passes is not None else self.costs.pass_prices(rows, count, self.context)
         draft = 0.0 if self.looks_first[index] else self.costs.draft_seconds(self.names[index], gamma,
                                                                             self.behind.get(index, 0))
         return (passes[count] + draft) / passes[0] - 1
 
-    def choose(self, rows: int = 1, proposals: dict | None = None, behind: dict[int, int] | None = None) -> RoundPlan:
-        """This round's plan, for a row among `rows` sharing the pass (1: a request alone).
+    def choose(self, rows: int = 1, proposals: dict | None = None, behind: dict[int, int] | None = None,
+               context: int | None = None) -> RoundPlan:
+        """This round's plan, for a row among `rows` sharing the pass (1: a request alone), with
+        `context` tokens in its cache before the pass (passes are priced at it: `CostModel.target_pass`).
         `proposals`: what the drafters of `asks_first` proposed this round ({index: Draft}); when the
         plan takes one (or its alternative), `plan.proposal` holds the γ tokens of it to verify. `behind`: {index: committed tokens
         a model drafter would read first} (`Drafter.catch_up_tokens`; missing: 0), priced into its
         predictions, so that one that sat out many rounds is weighed with the catch-up it would pay."""
         self.rounds += 1
         self.rows = rows
+        self.context = context
         self.explorer.tick()
         self.probing = None
         proposals = proposals or {}
@@ -244,7 +250,7 @@ class AdaptivePolicy:
             plan = RoundPlan(None, 0, 1.0, self._nothing_found)
             self._log(plan)
             return plan
-        passes = self.costs.pass_prices(rows, self._largest_pass())  # the round's prices, for every candidate
+        passes = self.costs.pass_prices(rows, self._largest_pass(), context)  # the round's prices, for every candidate
         predictions = self.predictions(rows, passes, self.behind) if weigh_models else []
         weighed = {index: offer for index, draft in proposals.items() if (offer := self.offer(index, draft, rows, passes))}
         offers = [candidate for candidate, _ in weighed.values()]
@@ -335,8 +341,8 @@ class AdaptivePolicy:
 
         def go_on(confidence: list[float]) -> bool:
             k, (expected, survive) = len(confidence), estimates.outlook(confidence)
-            return (self.costs.predicted_speedup(name, k + 1, expected + survive * best, rows=rows)
-                    > self.costs.predicted_speedup(name, k, expected, rows=rows))
+            return (self.costs.predicted_speedup(name, k + 1, expected + survive * best, rows=rows, context=self.context)
+                    > self.costs.predicted_speedup(name, k, expected, rows=rows, context=self.context))
 
         return go_on
 

@@ -204,7 +204,7 @@ class Row:
                 proposals[index] = self._propose(self.drafters[index], min(self.config.max_gamma, room), timed=False)
         behind = {index: drafter.catch_up_tokens(self.tokens) for index, drafter in enumerate(self.drafters)
                   if index not in proposals}  # what each model drafter would read first: priced in its predictions
-        plan = self.policy.choose(rows, proposals, behind) if self.policy else PLAIN_ROUND
+        plan = self.policy.choose(rows, proposals, behind, context=self.cache.length) if self.policy else PLAIN_ROUND
         if self.config.trace:
             plan = plan.settled()  # its reason, in words now: observing the round changes what it quotes
         drafter = self.drafters[plan.drafter] if plan.drafter is not None else None
@@ -473,7 +473,7 @@ class Batch:
         if len(works) == 1 and not works[0][1].prefill and not failed:  # a row alone: its round is a T(k)
             costs = works[0][0].cost_model
             if costs is not None:  # what the round cost (pass, acceptance, commit) corrects T(k) for the policy
-                costs.observe_round(len(works[0][1].ids), time.perf_counter() - started)
+                costs.observe_round(len(works[0][1].ids), time.perf_counter() - started, works[0][0].committed_len)
         self.last_round = (len(rows), [len(row.draft) for row, work in works if not work.prefill and row not in failed])
         events = []
         for row in list(rows):

@@ -7,7 +7,9 @@ docs/bench/costs-output.txt), so the policy uses the measured curve. Measuring t
 a drafter's cost is measured the first time it is used and again when its weights change.
 
 Every figure is the median of repeats, sizes interleaved (a sweep over every size, then the next
-sweep), so that drift of the machine hits all sizes alike. A measurement is checked before it is
+sweep), so that drift of the machine hits all sizes alike. Target passes are timed after
+COST_CONTEXT cached tokens and again after LONG_CONTEXT, where the model's window allows: what
+each cached token adds to a pass (`CostModel.per_context`) prices passes at a row's own context. A measurement is checked before it is
 kept: where one repeat took OUTLIER (3) times its median or more, or the repeats spread (p90 − p10)
 by more than SPREAD_LIMIT (100%) of the median, either by more than OUTLIER_FLOOR (5 ms), the machine
 was busy (a compile, another process's threads) and it is measured again, announced, up to
@@ -32,7 +34,9 @@ from specdec.control.cost_model.cache import cost_key, costs_dir, read_cached, w
 from specdec.control.cost_model.model import BATCH_SIZES, CostModel, DraftCost, largest_pass
 from specdec.sampling import SamplingParams
 
-COST_CONTEXT = 256  # cached tokens before the timed passes: a typical prompt length
+COST_CONTEXT = 256  # cached tokens before the timed passes: a typical prompt length...
+LONG_CONTEXT = 1024  # ...and again after this many, for what each cached token adds to a pass (`per_context`)
+MIN_CONTEXT_SPAN = 128  # the two lengths this far apart at least (a model with a short window: one length only)
 OUTLIER = 3.0  # a repeat that took this many times its figure's median: the machine was busy...
 OUTLIER_FLOOR = 5e-3  # ...by more than this many seconds (a hiccup of a few ms in a tight loop of 1 ms passes,
 # or a 20 µs lookup's 60 µs repeat, is no busy machine)
@@ -207,14 +211,17 @@ def measure_draft_cost(model, drafter, context: int, max_gamma: int, repeats: in
 PROBE_CONTEXT = 32  # cached tokens before the probe's passes (a short prefill: the probe only sizes the work)
 
 
-def estimate_measuring(net, context: int, pass_sizes: list[int], batch_sizes: list[int], drafters: int,
+def estimate_measuring(net, contexts: list[int], pass_sizes: list[int], batch_sizes: list[int], drafters: int,
                        repeats: int) -> float:
     """Seconds the measurements of `load_or_measure` will take, from a probe timed now: a prefill of
     PROBE_CONTEXT tokens, then passes over 1 token (twice: the first warms up) and over the most
     tokens asked for; T(k) is taken as linear between and beyond them. Each measurement prefills
-    `context` tokens and runs `repeats` + 1 sweeps (passes over every size; for rows, B rows of one
-    token beside one row of B tokens, both priced at T(B)); each drafter to measure adds a prefill
-    and its proposals and catch-ups (not priced: a drafter costs less than the target)."""
+    `contexts[0]` tokens (the passes: each of `contexts`) and runs `repeats` + 1 sweeps (passes over
+    every size, at each context; for rows, B rows of one token beside one row of B tokens, both priced
+    at T(B)); each drafter to measure adds a prefill and its proposals and catch-ups (not priced: a
+    drafter costs less than the target). What attention adds at the longer context is not priced: an
+    estimate for the announcement, short of the time by that much."""
+    context = contexts[0]
     largest, probe = max([*pass_sizes, *batch_sizes, 1]), min(PROBE_CONTEXT, context)
     ids = torch.randint(0, net.vocab_size, (1, probe + largest), generator=torch.Generator().manual_seed(2))
     cache = net.new_cache(probe + largest)
@@ -233,9 +240,10 @@ def estimate_measuring(net, context: int, pass_sizes: list[int], batch_sizes: li
     def pass_seconds(k: int) -> float:
         return timed[1] + max(0.0, slope) * (k - 1)
 
-    prefills = (1 if pass_sizes else 0) + (1 if batch_sizes else 0) + drafters
-    sweeps = (repeats + 1) * (sum(map(pass_seconds, pass_sizes)) + sum(2 * pass_seconds(b) for b in batch_sizes))
-    return prefills * context * prefill_per_token + sweeps
+    prefilled = (sum(contexts) if pass_sizes else 0) + ((1 if batch_sizes else 0) + drafters) * context
+    sweeps = (repeats + 1) * (len(contexts) * sum(map(pass_seconds, pass_sizes))
+                              + sum(2 * pass_seconds(b) for b in batch_sizes))
+    return prefilled * prefill_per_token + sweeps
 
 
 def _duration(seconds: float) -> str:
@@ -256,6 +264,8 @@ def load_or_measure(model, drafters: list, max_gamma: int, *, remeasure: bool = 
         costs = read_cached(path, key)
     changed = False
     context = min(COST_CONTEXT, model.max_context - largest - 1)
+    long_context = min(LONG_CONTEXT, model.max_context - largest - 1)
+    contexts = [context, long_context] if long_context - context >= MIN_CONTEXT_SPAN else [context]
     batch_sizes = [b for b in BATCH_SIZES if b <= max_batch]
     pass_sizes = [k for k in range(1, largest + 1) if costs is None or k not in costs.pass_seconds]
     row_sizes = batch_sizes if costs is None or any(b not in costs.row_seconds for b in batch_sizes) else []
@@ -268,21 +278,31 @@ def load_or_measure(model, drafters: list, max_gamma: int, *, remeasure: bool = 
                 costs.draft_calibration.pop(drafter.name, None)
     new_drafters = [d.name for d in drafters if costs is None or d.name not in costs.draft_costs]
     if pass_sizes or row_sizes or new_drafters:
-        seconds = estimate_measuring(model.net, context, pass_sizes, row_sizes, len(new_drafters), repeats)
+        seconds = estimate_measuring(model.net, contexts, pass_sizes, row_sizes, len(new_drafters), repeats)
         announce(f"measuring this machine's costs once: about {_duration(seconds)}"
                  + (f" and the drafting of {', '.join(new_drafters)}" if new_drafters else "")
                  + f" (cached in {path}; later starts read it)")
     settled = True  # every measurement settled (not busy): the table may be cached
     if pass_sizes:
         announce(f"measuring this machine's costs of target passes over {pass_sizes[0]}..{pass_sizes[-1]} tokens"
+                 + f" after {' and '.join(map(str, contexts))} cached tokens"
                  + (f" (added to {path})" if costs is not None else ""))
-        _, timings, ok = checked("target passes", lambda: (None, measure_pass_costs(model.net, context, pass_sizes, repeats)))
-        settled &= ok
+        medians = []
+        for at in contexts:
+            _, timings, ok = checked(f"target passes after {at} cached tokens",
+                                     lambda: (None, measure_pass_costs(model.net, at, pass_sizes, repeats)))
+            settled &= ok
+            medians.append(timings.medians())
+            if at == context:
+                spreads = timings.spreads()
         if costs is None:
             measured_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-            costs = CostModel({}, key=key, description={**description, "context": context, "measured_at": measured_at})
-        costs.pass_seconds.update(timings.medians())
-        costs.pass_spread.update(timings.spreads())
+            costs = CostModel({}, key=key, description={**description, "context": context, "measured_at": measured_at},
+                              context=context)
+        costs.pass_seconds.update(medians[0])
+        costs.pass_spread.update(spreads)
+        if len(contexts) == 2:
+            costs.per_context.update({k: (medians[1][k] - medians[0][k]) / (long_context - context) for k in pass_sizes})
         changed = True
     if row_sizes:
         announce(f"measuring this machine's costs of passes over {', '.join(map(str, batch_sizes))} rows")

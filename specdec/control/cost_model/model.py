@@ -1,17 +1,20 @@
 """The cost model's numbers and its arithmetic: T(k), D_d(γ), T(B, N) and the predicted speed-up.
 
 The policy prices every choice by the cost table as measured and cached (`measure.py`): T(k), D_d(γ)
-and T(B, N), interpolated, nothing else. So its choices do not depend on how long this process's
-rounds happened to take.
+and T(B, N), interpolated, nothing else; a pass at the row's context L where the table was timed at
+two context lengths: T(k, L) = T(k) + per_context(k) · (L − context), at least CONTEXT_FLOOR · T(k)
+(attention reads every cached token for every new one, so on a CPU a wide pass grows dearer beside a
+one-token pass as the context grows). So its choices do not depend on how long this process's rounds
+happened to take.
 
-The engine still reports the time of every round it runs (`observe_round`) and of every proposal
-(`observe_draft`); `Calibration` keeps, per size, how much dearer than the table real rounds were on
-average (a round also pays for acceptance and commit, at the request's own context length). Two
-readers use it:
+The engine still reports the time of every round it runs and its context (`observe_round`) and of
+every proposal (`observe_draft`); `Calibration` keeps, per size, how much dearer than the table at
+its context real rounds were on average (a round also pays for acceptance and commit), and what
+they took. Two readers use it:
 
 - the analysis of a run (`control/analysis.py`: the bench's and `explain`'s predictions) prices
-  passes by the means of every round observed (`observed_pass`), so that its "predicted × plain"
-  compares like with like;
+  passes by the mean seconds of every round observed of their size (`observed_pass`), so that its
+  "predicted × plain" compares like with like;
 - the drift check (`drift`): where, over at least DRIFT_MIN_ROUNDS rounds of a size, real rounds cost
   more than DRIFT_BOUND times (or less than 1 / DRIFT_BOUND of) what the table's shape says beside
   plain rounds, or a drafter's proposals did against the passes, the table no longer describes the
@@ -24,8 +27,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-FORMAT_VERSION = 3  # 3: each figure's spread kept beside it, busy measurements not cached; 2: drafters
-# re-measured once a chain's catch-up computed one row of draft logits
+FORMAT_VERSION = 4  # 4: passes timed at two context lengths (`per_context`); 3: each figure's spread kept
+# beside it, busy measurements not cached; 2: drafters re-measured once a chain's catch-up computed one
+# row of draft logits
 
 
 @dataclass
@@ -40,6 +44,7 @@ class DraftCost:
         return self.per_call + self.per_token * gamma + self.per_catch_up * caught_up if gamma else 0.0
 
 
+CONTEXT_FLOOR = 0.25  # a pass priced at a short context costs at least this share of the table's figure
 RATIO_LIMITS = (0.25, 4.0)  # an observed / table ratio outside this is clipped (a stall, a page fault)
 DRIFT_BOUND = 1.5  # real rounds of a size this much dearer (or cheaper) than the table's shape: measure again...
 DRIFT_MIN_ROUNDS = 100  # ...once that many rounds of the size (and of plain rounds, or proposals) say so
@@ -49,18 +54,27 @@ DRIFT_MIN_ROUNDS = 100  # ...once that many rounds of the size (and of plain rou
 class Calibration:
     """What real calls cost beside the table, as means over every observation: for each size k (the k
     of a target pass T(k), or the γ of a drafter's proposal D(γ)) the mean ratio r = observed seconds /
-    table seconds, each clipped to RATIO_LIMITS first, so that a stall moves a mean little. The
-    analysis of a run multiplies each size's rounds by its mean (what they cost over the run,
-    whatever the context length when they came); the drift check compares a size's mean with the
-    reference size's (1: a plain round, a one-token proposal). Nothing here reaches the policy."""
+    table seconds (the table at the call's context), each clipped to RATIO_LIMITS first, so that a
+    stall moves a mean little, and the seconds the clipped ratios stand for. The analysis of a run
+    prices each size's rounds by their mean seconds (`mean_seconds`: what they cost over the run);
+    the drift check compares a size's mean ratio with the reference size's (1: a plain round, a
+    one-token proposal). Nothing here reaches the policy."""
 
     reference: int = 1
     sums: dict[int, list[float]] = field(default_factory=dict)  # k → [Σ r, observations]
+    seconds: dict[int, float] = field(default_factory=dict)  # k → Σ r · price: the clipped seconds of its calls
 
-    def observe(self, tokens: int, ratio: float) -> None:
+    def observe(self, tokens: int, seconds: float, price: float) -> None:
+        """A call of size `tokens` took `seconds` where the table's price (at its context) was `price`."""
+        ratio = min(max(seconds / price, RATIO_LIMITS[0]), RATIO_LIMITS[1])
         seen = self.sums.setdefault(tokens, [0.0, 0.0])
-        seen[0] += min(max(ratio, RATIO_LIMITS[0]), RATIO_LIMITS[1])
+        seen[0] += ratio
         seen[1] += 1
+        self.seconds[tokens] = self.seconds.get(tokens, 0.0) + ratio * price
+
+    def mean_seconds(self, tokens: int) -> float | None:
+        """What calls of size k took on average (each clipped as its ratio is), or None if none was seen."""
+        return self.seconds[tokens] / self.sums[tokens][1] if tokens in self.sums else None
 
     def lifetime_ratio(self, tokens: int) -> float:
         """The mean r of size k; where k was never observed, that of the reference size, or of every
@@ -96,10 +110,14 @@ class Calibration:
 
 @dataclass
 class CostModel:
-    pass_seconds: dict[int, float]  # tokens scored → median seconds of a target pass
+    pass_seconds: dict[int, float]  # tokens scored → median seconds of a target pass after `context` cached tokens
     draft_costs: dict[str, DraftCost] = field(default_factory=dict)
     draft_weights: dict[str, str] = field(default_factory=dict)  # drafter name -> the weights its cost was measured with
     row_seconds: dict[int, float] = field(default_factory=dict)  # B → extra seconds of B rows over one (serving)
+    context: int = 0  # cached tokens before the timed passes of pass_seconds
+    # tokens scored → seconds a pass adds per cached token beyond `context` (from passes timed at two
+    # context lengths: attention reads every cached token); empty: not measured, T(k) taken as flat
+    per_context: dict[int, float] = field(default_factory=dict)
     key: str = ""
     description: dict = field(default_factory=dict)  # machine, model, when measured
     # the measurement's spread: size k → (p90 − p10) / median of its repeats; drafter → that of its proposals
@@ -110,39 +128,38 @@ class CostModel:
     calibrate: bool = True  # False: real rounds are not recorded (the analysis prices by the table)
     dropped: bool = False  # its cached file was removed, having drifted (`measure.drop_if_drifted`): not written again
 
-    def target_pass(self, tokens: int) -> float:
+    def target_pass(self, tokens: int, context: int | None = None) -> float:
         """T(tokens) as the table has it (not smoothed: on a CPU, GEMM kernels make some sizes genuinely
-        cheaper than smaller ones); past the measured sizes, extended linearly."""
-        if tokens in self.pass_seconds:
-            return self.pass_seconds[tokens]
-        sizes = sorted(self.pass_seconds)
-        if tokens < sizes[0]:
-            return self.pass_seconds[sizes[0]]
-        first, last = sizes[0], sizes[-1]
-        if tokens > last:  # extrapolate with the mean growth per token over the measured range
-            growth = (self.pass_seconds[last] - self.pass_seconds[first]) / (last - first) if last > first else 0.0
-            return self.pass_seconds[last] + max(0.0, growth) * (tokens - last)
-        below = max(s for s in sizes if s < tokens)
-        above = min(s for s in sizes if s > tokens)
-        slope = (self.pass_seconds[above] - self.pass_seconds[below]) / (above - below)
-        return self.pass_seconds[below] + slope * (tokens - below)
+        cheaper than smaller ones); past the measured sizes, extended linearly. With `context` (cached
+        tokens before the pass) and `per_context` measured: T(tokens, context), linear in the context
+        (what attention reads), at least CONTEXT_FLOOR of the table's figure."""
+        seconds = along(self.pass_seconds, tokens)
+        if context is None or not self.per_context:
+            return seconds
+        return max(seconds + max(0.0, along(self.per_context, tokens)) * (context - self.context),
+                   CONTEXT_FLOOR * seconds)
 
     def observed_pass(self, tokens: int) -> float:
-        """T(tokens) as the rounds of this engine's life so far cost on average (`Calibration.lifetime_ratio`;
-        as the table has it where calibration is off): how a run's analysis prices its passes."""
-        return self.target_pass(tokens) * (self.calibration.lifetime_ratio(tokens) if self.calibrate else 1.0)
+        """T(tokens) as the rounds of this engine's life so far cost on average (the table's figure
+        times the reference size's mean ratio where no round of this size was seen; as the table has
+        it where calibration is off): how a run's analysis prices its passes."""
+        if not self.calibrate:
+            return self.target_pass(tokens)
+        seen = self.calibration.mean_seconds(tokens)
+        return seen if seen is not None else self.target_pass(tokens) * self.calibration.lifetime_ratio(tokens)
 
-    def observe_round(self, tokens: int, seconds: float) -> None:
-        """A round that verified `tokens` tokens (1: a plain step) took `seconds`, draft excluded."""
+    def observe_round(self, tokens: int, seconds: float, context: int | None = None) -> None:
+        """A round that verified `tokens` tokens (1: a plain step) after `context` cached ones took
+        `seconds`, draft excluded."""
         if self.calibrate and seconds > 0:
-            self.calibration.observe(tokens, seconds / self.target_pass(tokens))
+            self.calibration.observe(tokens, seconds, self.target_pass(tokens, context))
 
     def observe_draft(self, drafter: str, gamma: int, seconds: float, caught_up: int = 0) -> None:
         """`drafter` took `seconds` to propose γ tokens in a real round, reading `caught_up` committed
         tokens first."""
         measured = self.draft_costs[drafter].seconds(gamma, caught_up)
         if self.calibrate and seconds > 0 and measured > 0:
-            self.draft_calibration.setdefault(drafter, Calibration()).observe(gamma, seconds / measured)
+            self.draft_calibration.setdefault(drafter, Calibration()).observe(gamma, seconds, measured)
 
     def drift(self) -> list[str]:
         """What real rounds say the table gets wrong, beyond DRIFT_BOUND over at least DRIFT_MIN_ROUNDS
@@ -176,24 +193,25 @@ class CostModel:
             return points[below]
         return points[below] + (points[above] - points[below]) * (rows - below) / (above - below)
 
-    def batch_pass(self, rows: int, tokens: int) -> float:
-        """T(B, N): a pass over `rows` rows holding `tokens` tokens in all."""
-        return self.target_pass(tokens) + self.row_overhead(rows)
+    def batch_pass(self, rows: int, tokens: int, context: int | None = None) -> float:
+        """T(B, N): a pass over `rows` rows holding `tokens` tokens in all (after `context` cached
+        tokens each: the row the policy chooses for, its context standing for every row's)."""
+        return self.target_pass(tokens, context) + self.row_overhead(rows)
 
     def predicted_speedup(self, drafter: str, gamma: int, expected_tokens: float, verified: int | None = None,
-                          rows: int = 1) -> float:
+                          rows: int = 1, context: int | None = None) -> float:
         """Speed-up of the batch's goodput when one of its `rows` rows drafts γ tokens deep, verifies
         `verified` draft tokens (default γ: a chain; a tree verifies all its nodes) and commits
         `expected_tokens`, the others decoding plainly (`control/policy.py`); one row: over plain decoding."""
         verified = gamma if verified is None else verified
-        seconds = self.batch_pass(rows, rows + verified) + self.draft_seconds(drafter, gamma)
-        return (expected_tokens + rows - 1) / rows * self.batch_pass(rows, rows) / seconds
+        seconds = self.batch_pass(rows, rows + verified, context) + self.draft_seconds(drafter, gamma)
+        return (expected_tokens + rows - 1) / rows * self.batch_pass(rows, rows, context) / seconds
 
-    def pass_prices(self, rows: int, largest: int) -> list[float]:
-        """[T(B, B + n) for n = 0 .. largest]: a round's prices of passes, worked out once for all of
-        its candidates (`predicted_speedups(passes=)`)."""
+    def pass_prices(self, rows: int, largest: int, context: int | None = None) -> list[float]:
+        """[T(B, B + n) for n = 0 .. largest] after `context` cached tokens: a round's prices of passes,
+        worked out once for all of its candidates (`predicted_speedups(passes=)`)."""
         overhead = self.row_overhead(rows)
-        return [self.target_pass(rows + n) + overhead for n in range(largest + 1)]
+        return [self.target_pass(rows + n, context) + overhead for n in range(largest + 1)]
 
     def draft_prices(self, drafter: str, largest: int, caught_up: int = 0) -> list[float]:
         """[D(γ) for γ = 1 .. largest] (reading `caught_up` tokens first)."""
@@ -220,6 +238,8 @@ class CostModel:
             "description": self.description,
             "pass_seconds": {str(k): v for k, v in sorted(self.pass_seconds.items())},
             "pass_spread": {str(k): v for k, v in sorted(self.pass_spread.items())},
+            "context": self.context,
+            "per_context": {str(k): v for k, v in sorted(self.per_context.items())},
             "draft_costs": {name: {"per_call": c.per_call, "per_token": c.per_token, "per_catch_up": c.per_catch_up}
                             for name, c in self.draft_costs.items()},
             "draft_spread": dict(sorted(self.draft_spread.items())),
@@ -239,8 +259,28 @@ class CostModel:
             key=data["key"],
             description=data.get("description", {}),
             pass_spread={int(k): float(v) for k, v in data.get("pass_spread", {}).items()},
+            context=int(data.get("context", 0)),
+            per_context={int(k): float(v) for k, v in data.get("per_context", {}).items()},
             draft_spread={str(n): float(v) for n, v in data.get("draft_spread", {}).items()},
         )
+
+
+def along(table: dict[int, float], tokens: int) -> float:
+    """table[tokens] for a size → figure table: measured sizes as measured, others interpolated
+    linearly between their neighbours; below the smallest, its figure; past the largest, extended
+    with the mean growth per token over the measured range, never downwards."""
+    if tokens in table:
+        return table[tokens]
+    sizes = sorted(table)
+    first, last = sizes[0], sizes[-1]
+    if tokens < first:
+        return table[first]
+    if tokens > last:
+        growth = (table[last] - table[first]) / (last - first) if last > first else 0.0
+        return table[last] + max(0.0, growth) * (tokens - last)
+    below = max(s for s in sizes if s < tokens)
+    above = min(s for s in sizes if s > tokens)
+    return table[below] + (table[above] - table[below]) / (above - below) * (tokens - below)
 
 
 def covers(costs: CostModel, largest: int) -> bool:
