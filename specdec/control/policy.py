@@ -214,7 +214,8 @@ class AdaptivePolicy:
             if choice.parents is not None:
                 raise ValueError(f"{self.names[index]} looks up chains; it proposed a tree")
             expected = self._bucket(index, choice.match_length, choice.source).expected_tokens_up_to(len(choice))
-            speedups = self.costs.predicted_speedups(self.names[index], expected, rows=rows, passes=passes)
+            prices = passes if passes is not None else self.costs.pass_prices(rows, len(choice), self.context)
+            speedups = self.costs.predicted_speedups(self.names[index], expected, rows=rows, passes=prices)
             k = max(range(1, len(speedups) + 1), key=lambda k: (speedups[k - 1], -k))
             if best is None or speedups[k - 1] > best[0][0]:
                 best = (speedups[k - 1], index, k), choice
