@@ -9,8 +9,8 @@ a drafter's cost is measured the first time it is used and again when its weight
 Every figure is the median of repeats, sizes interleaved (a sweep over every size, then the next
 sweep), so that drift of the machine hits all sizes alike. Target passes are timed after
 COST_CONTEXT cached tokens and again after LONG_CONTEXT, where the model's window allows: what
-each cached token adds to a pass (`CostModel.per_context`) prices passes at a row's own context. A measurement is checked before it is
-kept: where one repeat took OUTLIER (3) times its median or more, or the repeats spread (p90 − p10)
+each cached token adds to a pass (`CostModel.per_context`) prices passes at a row's own context.
+A measurement is checked before it is kept: where one repeat took OUTLIER (3) times its median or more, or the repeats spread (p90 − p10)
 by more than SPREAD_LIMIT (100%) of the median, either by more than OUTLIER_FLOOR (5 ms), the machine
 was busy (a compile, another process's threads) and it is measured again, announced, up to
 MEASURE_TRIES times; a measurement that never settles is
