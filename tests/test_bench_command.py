@@ -299,7 +299,7 @@ def test_a_default_bench_runs_the_starter_prompts_and_shows_each_step(tmp_path, 
     assert "## Targets" not in report and "target ≥" not in report and "MISSED" not in report
     assert '"summary"' not in captured.out
     assert descriptions[:3] == ["prompt 1 of 6 (1, mt_bench): plain", "prompt 1 of 6 (1, mt_bench): ngram",
-                                "prompt 2 of 6 (3, translation): ngram"]  # the order reverses from prompt to prompt
+                                "prompt 2 of 6 (3, translation): ngram"]  # the direction reverses from prompt to prompt
     assert descriptions[-1] == "prompt 6 of 6 (11, rag): plain"
 
 
@@ -478,9 +478,12 @@ def test_repeats_do_not_draft_from_the_answer_of_the_repeat_before(tiny_target, 
 
 
 def test_the_methods_take_turns_at_running_first(tmp_path, tiny_folder, monkeypatch):
-    """The order the methods run in reverses from one repeat (and prompt) to the next, so that drift
-    and the method run just before fall on every method alike. Control: `run_order` left as given
-    puts plain first every time, and the check fails."""
+    """The order the methods run in turns by one place from one repeat to the next, so that each
+    method runs first in turn and no two repeats of a method run back to back (a slow minute of the
+    machine falls on one of them, which the median sets aside); the direction reverses from one
+    prompt to the next, so that no method always runs right after the same other method. Control:
+    the order reversed each repeat (this loop's old rule) runs the last method of one repeat first in
+    the next, and the check fails."""
     from specdec.bench import runner
 
     order, real_run_case = [], runner.run_case
@@ -493,15 +496,22 @@ def test_the_methods_take_turns_at_running_first(tmp_path, tiny_folder, monkeypa
     def bench() -> list:
         order.clear()
         assert main(["bench", "--model", str(tiny_folder), "--prompts", str(prompts), "--no-transformers",
-                     "--drafter", "ngram", "--max-new-tokens", "2", "--repeats", "2", "--out", str(tmp_path / "out"),
-                     "--force"]) == 0
+                     "--drafter", "ngram", "--drafter", "suffix", "--max-new-tokens", "2", "--repeats", "3",
+                     "--out", str(tmp_path / "out"), "--force"]) == 0
         return order[:]
 
     monkeypatch.setattr(runner, "run_case", record)
     prompts = tmp_path / "p.txt"
     prompts.write_text("t5 t9 t12\nt7 t8 t7\n")
-    expected = [("1", "plain"), ("1", "ngram"), ("1", "ngram"), ("1", "plain"),
-                ("2", "ngram"), ("2", "plain"), ("2", "plain"), ("2", "ngram")]
+    expected = [("1", m) for m in ("plain", "ngram", "suffix", "ngram", "suffix", "plain", "suffix", "plain", "ngram")] + \
+               [("2", m) for m in ("suffix", "ngram", "plain", "ngram", "plain", "suffix", "plain", "suffix", "ngram")]
     assert bench() == expected
-    monkeypatch.setattr(runner, "run_order", lambda methods, turn: list(methods))
-    assert bench() != expected
+    for prompt in ("1", "2"):
+        names = [name for case, name in expected if case == prompt]
+        assert {names[0], names[3], names[6]} == {"plain", "ngram", "suffix"}  # each first once
+        assert all(a != b for a, b in zip(names, names[1:]))  # never twice in a row
+    monkeypatch.setattr(runner, "run_order", lambda methods, prompt, repeat:
+                        list(methods) if (prompt + repeat) % 2 == 0 else list(reversed(methods)))
+    reversed_each_repeat = bench()
+    assert reversed_each_repeat != expected
+    assert any(a == b for a, b in zip(reversed_each_repeat, reversed_each_repeat[1:]))  # suffix, suffix

@@ -1,9 +1,13 @@
 """The benchmark loop: every method on every prompt, interleaved, with warm-up and repeats.
 
 For each prompt, temperature and repeat, every method runs once, one after the other, so that
-drift of a shared machine hits all methods alike; the order reverses from one repeat (and prompt) to
-the next (A B C, C B A, ...), so that no method always runs first, or always right after the same
-other method (`run_order`). A conversation (a prompt with two turns) feeds
+drift of a shared machine hits all methods alike. The order turns by one place from one repeat to
+the next (A B C, B C A, C A B), so that each method runs first in turn and a method's repeats lie
+M − 2 runs apart or more (M methods): a slow minute of the machine falls on one repeat of a method,
+which the median over repeats sets aside. (Reversing the order each repeat, as this loop once did,
+ran the last method of one repeat first in the next: a slow minute took two of its three repeats.)
+The direction reverses from one prompt to the next, so that no method always runs right after the
+same other method (`run_order`). A conversation (a prompt with two turns) feeds
 each method's own first answer back before the second turn; its time and tokens are the sum over
 turns. Sampled runs give every method the same seed per prompt and repeat. A drafter that learns
 from its outputs (suffix) learns a prompt's answers only once all its runs are done: every repeat
@@ -105,7 +109,7 @@ def run_bench(cases: list[PromptCase], methods_at: dict[float, list], tokenizer,
                                                    "peak": None, "ttft": []} for m in methods}
             for repeat in range(repeats):
                 sampling = SamplingParams(temperature=temperature, seed=seed + 1000 * number + repeat)
-                for method in run_order(methods, number + repeat):
+                for method in run_order(methods, number, repeat):
                     if progress:
                         progress(done, number + 1, case, temperature, method.name)
                     memory.reset()
@@ -133,9 +137,12 @@ def run_bench(cases: list[PromptCase], methods_at: dict[float, list], tokenizer,
     return rows
 
 
-def run_order(methods: list, turn: int) -> list:
-    """The methods in the order of this turn (prompt index + repeat): as given, then reversed, in turn."""
-    return list(methods) if turn % 2 == 0 else list(reversed(methods))
+def run_order(methods: list, prompt: int, repeat: int) -> list:
+    """The methods in the order of this prompt's (index from 0) repeat: as given for even prompts,
+    reversed for odd ones, turned by `repeat` places."""
+    ordered = list(methods) if prompt % 2 == 0 else list(reversed(methods))
+    shift = repeat % len(ordered) if ordered else 0
+    return ordered[shift:] + ordered[:shift]
 
 
 def median_rate(run: MethodRun) -> float:
