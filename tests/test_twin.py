@@ -1,0 +1,90 @@
+"""The dear twin (runtime/gguf_twin.py): the default model with MLPs widened by zero blocks gives the
+default model's logits bit for bit, run as stored; one non-zero added block changes them."""
+
+from __future__ import annotations
+
+import gguf
+import numpy as np
+import pytest
+import torch
+
+from specdec.errors import ConfigError
+from specdec.runtime.gguf_synthetic import SHAPES
+from specdec.runtime.gguf_twin import TWINS, file_pass_bytes, pass_bytes, twin_width, width_for, write_twin
+
+WIDER = 1536 + 256  # the default model's MLP (1536) and one K-quant block more: a small file, the same code
+
+
+@pytest.fixture(scope="module")
+def default_gguf():
+    from specdec.errors import ModelLoadError
+    from specdec.runtime.loading import builtin_gguf_path
+
+    try:
+        return builtin_gguf_path("smollm2-135m")
+    except ModelLoadError as err:
+        pytest.skip(str(err))
+
+
+def logits_of(path, ids: list[int]) -> torch.Tensor:
+    """[len(ids) + 3, V]: a prefill of `ids`, then three one-token passes (greedy), run as stored."""
+    from specdec.runtime import load_model
+
+    net = load_model(str(path)).net
+    cache = net.new_cache(64)
+    rows = [net.forward(torch.tensor([ids]), cache)[0]]
+    for _ in range(3):
+        token = int(rows[-1][-1].argmax())
+        rows.append(net.forward(torch.tensor([[token]]), cache)[0])
+    return torch.cat(rows)
+
+
+def test_the_twin_gives_the_default_models_logits_bit_for_bit(tmp_path, default_gguf, monkeypatch):
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "cache"))
+    twin = write_twin(tmp_path / "twin.gguf", default_gguf, WIDER)
+    reader = gguf.GGUFReader(str(twin))
+    assert int(reader.fields["llama.feed_forward_length"].contents()) == WIDER
+    assert file_pass_bytes(reader) == file_pass_bytes(gguf.GGUFReader(str(default_gguf)), mlp=WIDER)
+    ids = [1, 504, 3458, 282, 253, 1345, 28, 357, 1345, 338, 9080, 30, 378, 3458, 282]
+    narrow, wide = logits_of(default_gguf, ids), logits_of(twin, ids)
+    assert torch.equal(narrow, wide)
+
+    # control: one added block of blk.3's gate and up made non-zero (scale and minimum 0.5 in Q4_1),
+    # so that the added unit's output is no longer 0, and the logits move
+    edited = gguf.GGUFReader(str(twin), "r+")
+    for name in ("blk.3.ffn_gate.weight", "blk.3.ffn_up.weight"):
+        tensor = next(t for t in edited.tensors if t.name == name)
+        assert tensor.tensor_type.name == "Q4_1" and not tensor.data[1536:].any()  # the added rows are zeros
+        tensor.data[1536, :4] = np.array([0.5, 0.5], dtype=np.float16).view(np.uint8)
+    edited.data.flush()
+    del edited
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "cache-control"))
+    assert not torch.equal(narrow, logits_of(twin, ids))
+
+
+def test_widths_match_the_models_pass_bytes(default_gguf):
+    reader = gguf.GGUFReader(str(default_gguf))
+    narrow = file_pass_bytes(reader)
+    assert 80e6 < narrow < 110e6  # the layers' Q4_1 blocks and the Q8_0 head a pass reads: ~100 MB
+    widths = {twin: twin_width(reader, twin) for twin in TWINS}
+    for twin, width in widths.items():
+        target = pass_bytes(SHAPES[TWINS[twin]])
+        assert width % 256 == 0
+        assert file_pass_bytes(reader, mlp=width - 256) < target <= file_pass_bytes(reader, mlp=width)
+    assert widths["1b"] < widths["3b"] < widths["8b"]
+    # Llama-3.2-1B's Q4_K_M file is 808 MB, its head (tied, Q6_K, 128,256 tokens) read every pass
+    assert 0.75e9 < pass_bytes(SHAPES["llama-3.2-1b"]) < 0.85e9
+    # Llama-3.1-8B's is 4.92 GB, of which the token embedding (Q4_K, 0.56 GB) is not read by a pass
+    assert 4.2e9 < pass_bytes(SHAPES["llama-3.1-8b"]) < 4.5e9
+
+
+def test_bad_widths_and_files_are_refused(tmp_path, default_gguf):
+    with pytest.raises(ConfigError, match="multiple of 256 above the file's 1536"):
+        write_twin(tmp_path / "t.gguf", default_gguf, 1536 + 100)
+    with pytest.raises(ConfigError, match="multiple of 256 above the file's 1536"):
+        write_twin(tmp_path / "t.gguf", default_gguf, 1280)
+    reader = gguf.GGUFReader(str(default_gguf))
+    with pytest.raises(ConfigError, match=r"reads \d+ MB already"):
+        width_for(reader, 1000)
+    with pytest.raises(ConfigError, match="unknown twin '70b'"):
+        twin_width(reader, "70b")
