@@ -3,6 +3,9 @@ default model's logits bit for bit, run as stored; one non-zero added block chan
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import gguf
 import numpy as np
 import pytest
@@ -26,11 +29,30 @@ def default_gguf():
         pytest.skip(str(err))
 
 
-def logits_of(path, ids: list[int]) -> torch.Tensor:
-    """[len(ids) + 3, V]: a prefill of `ids`, then three one-token passes (greedy), run as stored."""
+def loaded(path, default_gguf):
+    """The model of a GGUF written by a test; the user's cache keeps nothing of it (its tokenizer and
+    packed weights, under a key of the file's name, size and time, are removed when the test ends)."""
     from specdec.runtime import load_model
 
-    net = load_model(str(path)).net
+    model = load_model(str(path))
+    if Path(path) != Path(default_gguf):
+        FORGET.append(model.folder)
+    return model
+
+
+FORGET: list[Path] = []
+
+
+@pytest.fixture(autouse=True)
+def forget_written_files():
+    yield
+    while FORGET:
+        shutil.rmtree(FORGET.pop(), ignore_errors=True)
+
+
+def logits_of(path, ids: list[int], default_gguf) -> torch.Tensor:
+    """[len(ids) + 3, V]: a prefill of `ids`, then three one-token passes (greedy), run as stored."""
+    net = loaded(path, default_gguf).net
     cache = net.new_cache(64)
     rows = [net.forward(torch.tensor([ids]), cache)[0]]
     for _ in range(3):
@@ -39,27 +61,33 @@ def logits_of(path, ids: list[int]) -> torch.Tensor:
     return torch.cat(rows)
 
 
-def test_the_twin_gives_the_default_models_logits_bit_for_bit(tmp_path, default_gguf, monkeypatch):
-    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "cache"))
+def test_the_twin_gives_the_default_models_logits_bit_for_bit(tmp_path, default_gguf):
     twin = write_twin(tmp_path / "twin.gguf", default_gguf, WIDER)
     reader = gguf.GGUFReader(str(twin))
     assert int(reader.fields["llama.feed_forward_length"].contents()) == WIDER
     assert file_pass_bytes(reader) == file_pass_bytes(gguf.GGUFReader(str(default_gguf)), mlp=WIDER)
     ids = [1, 504, 3458, 282, 253, 1345, 28, 357, 1345, 338, 9080, 30, 378, 3458, 282]
-    narrow, wide = logits_of(default_gguf, ids), logits_of(twin, ids)
+    narrow, wide = logits_of(default_gguf, ids, default_gguf), logits_of(twin, ids, default_gguf)
     assert torch.equal(narrow, wide)
 
-    # control: one added block of blk.3's gate and up made non-zero (scale and minimum 0.5 in Q4_1),
-    # so that the added unit's output is no longer 0, and the logits move
+    # control: the first added unit of blk.3 made live (one block of its gate and up rows, and of every
+    # down row at its input, given scale and minimum 0.5 in Q4_1): its output is no longer 0 and the
+    # logits move (a later load packs the edited file anew: its modification time is part of the key)
     edited = gguf.GGUFReader(str(twin), "r+")
-    for name in ("blk.3.ffn_gate.weight", "blk.3.ffn_up.weight"):
+    live = np.array([0.5, 0.5], dtype=np.float16).view(np.uint8)
+    for name in ("blk.3.ffn_gate.weight", "blk.3.ffn_up.weight", "blk.3.ffn_down.weight"):
         tensor = next(t for t in edited.tensors if t.name == name)
-        assert tensor.tensor_type.name == "Q4_1" and not tensor.data[1536:].any()  # the added rows are zeros
-        tensor.data[1536, :4] = np.array([0.5, 0.5], dtype=np.float16).view(np.uint8)
+        assert tensor.tensor_type.name == "Q4_1"
+        if name.endswith("ffn_down.weight"):
+            block = 1536 // 32 * 20  # the bytes of each row's first added block
+            assert not tensor.data[:, block:].any()  # the added inputs are zeros
+            tensor.data[:, block:block + 4] = live
+        else:
+            assert not tensor.data[1536:].any()  # the added rows are zeros
+            tensor.data[1536, :4] = live
     edited.data.flush()
     del edited
-    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "cache-control"))
-    assert not torch.equal(narrow, logits_of(twin, ids))
+    assert not torch.equal(narrow, logits_of(twin, ids, default_gguf))
 
 
 def test_widths_match_the_models_pass_bytes(default_gguf):
