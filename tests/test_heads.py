@@ -266,7 +266,7 @@ def test_bad_heads_are_refused(tiny_target, tmp_path):
     (tmp_path / "head.json").write_text(json.dumps({"kind": "eagle", "config": config}))
     with pytest.raises(ConfigError, match="not a readable safetensors file"):
         build_drafters(f"eagle:{tmp_path}", tiny_target)
-    with pytest.raises(ConfigError, match="no eagle head is shipped for"):
+    with pytest.raises(ConfigError, match="no shipped eagle head fits"):
         build_drafters("eagle", tiny_target)
 
 
@@ -441,3 +441,37 @@ def test_an_eagle3_drafter_that_sat_out_rounds_drafts_as_if_fed_every_round(tiny
         assert torch.allclose(caught_up.q, fed.q, rtol=0, atol=1e-5)
         changed = last_proposal(False, changed=len(tokens) - 2)
         assert not torch.allclose(changed.q, fed.q, atol=1e-3)  # the control
+
+
+def test_a_head_fits_the_targets_whose_features_it_reads(tiny_target, tiny_folder, tmp_path):
+    """A head saved with its target keeps that target's features on the probe; it fits the same model
+    loaded again (cosine 1) and not a model of the same shape with other weights (seed 1: far below
+    PROBE_FIT, the control). An EAGLE-3 head's probe reads the inputs of its aux layers; a head saved
+    without its target keeps no probe and fits nothing (an explicit path still loads it)."""
+    from conftest import make_tiny_model
+    from random_heads import random_eagle_head
+
+    from specdec.heads.files import PROBE, PROBE_FIT, PROBE_TOKENS, fits, probe_fit, save_head
+    from specdec.heads.eagle3 import Eagle3Config
+    from specdec.runtime import load_model
+
+    head = random_eagle_head(tiny_target)
+    save_head(tmp_path / "eagle", "eagle", head.config.to_dict(), head.state_dict(), {}, tiny_target.net)
+    again = load_model(str(tiny_folder))
+    assert probe_fit(tmp_path / "eagle", again) == pytest.approx(1.0, abs=1e-6) and fits(tmp_path / "eagle", again)
+    other = load_model(str(make_tiny_model(tmp_path / "other", seed=1)))
+    assert other.net.config.hidden_size == tiny_target.net.config.hidden_size
+    assert probe_fit(tmp_path / "eagle", other) < 0.5 * PROBE_FIT and not fits(tmp_path / "eagle", other)
+
+    config = Eagle3Config.for_target(tiny_target.net.config, 40, (0, 1)).to_dict()
+    save_head(tmp_path / "eagle3", "eagle3", config, {}, {}, tiny_target.net)
+    from safetensors.torch import load_file
+
+    features = load_file(str(tmp_path / "eagle3" / PROBE))["features"]
+    assert features.shape == (PROBE_TOKENS, 2 * tiny_target.net.config.hidden_size)
+    assert fits(tmp_path / "eagle3", again) and not fits(tmp_path / "eagle3", other)
+
+    save_head(tmp_path / "bare", "eagle", head.config.to_dict(), head.state_dict(), {})
+    assert not (tmp_path / "bare" / PROBE).exists()
+    assert probe_fit(tmp_path / "bare", tiny_target) is None and not fits(tmp_path / "bare", tiny_target)
+    assert build_drafters(f"eagle:{tmp_path / 'bare'}", tiny_target)[0].name == f"eagle:{tmp_path / 'bare'}"

@@ -7,16 +7,16 @@
     early:L         self-speculation: the target's own first L layers, norm and LM head
     suffix[:PATH]   suffix automata over the request, this drafter's earlier outputs and, optionally,
                     a corpus (file, folder or JSON lines)
-    eagle[:PATH]    an EAGLE head (`specdec train eagle`) drafting a chain; without PATH the head
-                    shipped for the default model
+    eagle[:PATH]    an EAGLE head (`specdec train eagle`) drafting a chain; without PATH a shipped
+                    head that fits the target (the default model's, for it and its dear twins)
     eagle-tree[:PATH]  the same head drafting a dynamic tree (EAGLE-2) of at most 16 nodes, 4 per level
     eagle3[:PATH]   an EAGLE-3 head (`specdec train eagle3`) drafting a dynamic tree as eagle-tree;
-                    without PATH the head shipped for the default model
+                    without PATH a shipped head that fits the target
     eagle3-chain[:PATH]  the same head drafting a chain
     medusa[:PATH]   Medusa heads (`specdec train medusa`), their candidates verified as a static tree
-    auto[:A,B,...]  the adaptive policy picks among these drafters each round (default: ngram,
-                    suffix and, on the lean runtime, early exit at a quarter of the layers and the
-                    EAGLE-3 head shipped for the target, where there is one)
+    auto[:A,B,...]  the adaptive policy picks among these drafters each round (default: suffix
+                    and, on the lean runtime, early exit at a quarter of the layers and a shipped
+                    EAGLE-3 head that fits the target, where there is one)
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from specdec.drafters.medusa import MedusaDrafter, load_medusa_heads
 from specdec.drafters.ngram import PromptLookupDrafter
 from specdec.drafters.suffix import SuffixDrafter, read_corpus
 from specdec.errors import ConfigError
+from specdec.heads.files import fits
 from specdec.runtime.loading import LanguageModel, load_model
 
 TREE_BUDGET, TREE_TOP_K = 16, 4  # eagle-tree: nodes verified per round, candidates per expanded node
@@ -40,7 +41,8 @@ SHIPPED_HEADS = Path(__file__).resolve().parent.parent / "heads" / "shipped"  # 
 
 def auto_drafter_specs(target: LanguageModel) -> list[str]:
     """The drafters `auto` chooses among when none are named: suffix lookup, and on the lean runtime
-    early exit and the EAGLE-3 head shipped for the target, if there is one. Not ngram: suffix finds
+    early exit and a shipped EAGLE-3 head that fits the target (`heads.files.fits`: the default
+    model, its dear twins, another file of it), if there is one. Not ngram: suffix finds
     every match it does (the longest, over the request and earlier answers), and a lookup asked every
     round costs time every round (on the dev prompts, greedy, auto committed as many tokens per pass
     without it)."""
@@ -48,7 +50,7 @@ def auto_drafter_specs(target: LanguageModel) -> list[str]:
     config = getattr(target.net, "config", None)
     if config is not None and config.num_layers >= 4:  # the lean runtime: early exit is available
         specs.append(f"early:{config.num_layers // 4}")
-    if config is not None and (SHIPPED_HEADS / f"{target.name}-eagle3").is_dir():
+    if config is not None and fitting_shipped_head(target, "eagle3") is not None:
         specs.append("eagle3")
     return specs
 
@@ -107,13 +109,20 @@ def build_one(spec: str, target: LanguageModel, *, device: str, dtype: str, runt
     raise ConfigError(f"unknown drafter '{spec}'; choose one of: {', '.join(DRAFTER_KINDS)}")  # e.g. none:ARG
 
 
+def fitting_shipped_head(target: LanguageModel, kind: str) -> Path | None:
+    """The folder of a shipped head of this kind that fits the target (`heads.files.fits`), or None."""
+    folders = sorted(SHIPPED_HEADS.glob(f"*-{kind}")) if SHIPPED_HEADS.is_dir() else []
+    return next((folder for folder in folders if fits(folder, target)), None)
+
+
 def shipped_head(target: LanguageModel, kind: str) -> Path:
-    """The folder of the head of this kind shipped for the target, or a clear error."""
-    folder = SHIPPED_HEADS / f"{target.name}-{kind}"
-    if not folder.is_dir():
+    """The folder of a shipped head of this kind that fits the target, or a clear error."""
+    folder = fitting_shipped_head(target, kind)
+    if folder is None:
         shipped = sorted(p.name for p in SHIPPED_HEADS.glob(f"*-{kind}")) if SHIPPED_HEADS.is_dir() else []
-        raise ConfigError(f"no {kind} head is shipped for {target.name} (shipped: {', '.join(shipped) or 'none'}); "
-                          f"train one with `specdec train {kind} --model {target.name}` and pass {kind}:PATH")
+        raise ConfigError(f"no shipped {kind} head fits {target.name} (shipped: {', '.join(shipped) or 'none'}, each "
+                          f"for the model it was trained on); train one with `specdec train {kind} --model "
+                          f"{target.name}` and pass {kind}:PATH")
     return folder
 
 

@@ -123,6 +123,6 @@ def train_eagle(target, data_dir: Path, out_dir: Path, *, draft_vocab: int = 819
                  progress=progress, log=log)
     info = {**data_info(target, data_dir, data), "depth": depth, "epochs": epochs, "lr": lr,
             "batch_tokens": batch_tokens, "noise": noise, "seed": seed, **result}
-    save_head(out_dir, "eagle", config.to_dict(), head.state_dict(), info)
+    save_head(out_dir, "eagle", config.to_dict(), head.state_dict(), info, target.net)
     remove_checkpoint(checkpoint_dir)
     return info

@@ -157,7 +157,7 @@ def train_eagle3(target, data_dir: Path, out_dir: Path, *, draft_vocab: int | No
     info = {**data_info(target, source, data), "depth": depth, "epochs": epochs, "lr": lr,
             **({"init": str(init)} if init is not None else {}), "max_len": max_len,
             "batch_tokens": batch_tokens, "seed": seed, "mixed_precision": mixed_precision, **result}
-    save_head(out_dir, "eagle3", config.to_dict(), head.state_dict(), info)
+    save_head(out_dir, "eagle3", config.to_dict(), head.state_dict(), info, target.net)
     remove_checkpoint(checkpoint_dir)
     return info
 

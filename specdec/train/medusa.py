@@ -94,6 +94,6 @@ def train_medusa(target, data_dir: Path, out_dir: Path, *, num_heads: int = 4, d
                  progress=progress, log=log)
     info = {**data_info(target, data_dir, data), "epochs": epochs, "lr": lr, "batch_tokens": batch_tokens,
             "seed": seed, **result}
-    save_head(out_dir, "medusa", config.to_dict(), heads.state_dict(), info)
+    save_head(out_dir, "medusa", config.to_dict(), heads.state_dict(), info, target.net)
     remove_checkpoint(checkpoint_dir)
     return info
