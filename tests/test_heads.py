@@ -228,7 +228,8 @@ def test_a_stopped_training_resumes_to_the_same_weights(tiny_target, tiny_data, 
 
 
 def test_a_trained_head_folder_holds_the_head_only(tiny_folder, tmp_path, capsys):
-    """`specdec train eagle --out DIR` leaves the head's two files in DIR; the checkpoints it kept
+    """`specdec train eagle --out DIR` leaves the head's files in DIR (its weights, its JSON and its
+    target's probe features); the checkpoints it kept
     elsewhere during training (the folder it printed) are deleted once the head is written."""
     from specdec.cli import main
 
@@ -238,7 +239,7 @@ def test_a_trained_head_folder_holds_the_head_only(tiny_folder, tmp_path, capsys
                  "--epochs", "1"])
     printed = capsys.readouterr().out
     assert code == 0, printed
-    assert sorted(p.name for p in out.iterdir()) == ["head.json", "head.safetensors"]
+    assert sorted(p.name for p in out.iterdir()) == ["head.json", "head.safetensors", "target_probe.safetensors"]
     checkpoints = default_checkpoint_dir(out)
     assert f"checkpoints: {checkpoints} (" in printed
     assert not checkpoints.exists()
@@ -247,7 +248,7 @@ def test_a_trained_head_folder_holds_the_head_only(tiny_folder, tmp_path, capsys
                  str(tmp_path / "head2"), "--checkpoint-dir", str(custom), "--prompts", "8", "--max-new-tokens", "8",
                  "--batch-size", "8", "--draft-vocab", "48", "--depth", "2", "--epochs", "1"]) == 0
     assert f"checkpoints: {custom} (" in capsys.readouterr().out
-    assert sorted(p.name for p in (tmp_path / "head2").iterdir()) == ["head.json", "head.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "head2").iterdir()) == ["head.json", "head.safetensors", "target_probe.safetensors"]
     assert not custom.exists()
 
 
