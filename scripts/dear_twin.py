@@ -24,16 +24,7 @@ from specdec.runtime.gguf_synthetic import SHAPES
 from specdec.runtime.gguf_twin import TWINS, file_pass_bytes, pass_bytes, twin_width, write_twin
 from specdec.runtime.loading import builtin_gguf_path
 
-Q4_K_M = 15  # llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_K_M
-QUANTIZE = """
-import sys, llama_cpp
-params = llama_cpp.llama_model_quantize_default_params()
-params.ftype = int(sys.argv[3])
-params.allow_requantize = True
-params.nthread = 2
-sys.exit(llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), params))
-"""
-
+from llama_quantize import quantize  # scripts/llama_quantize.py
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -70,9 +61,10 @@ def main() -> None:
               f"({TWINS[twin]} Q4_K_M: {target / 1e6:.0f} MB); file {path.stat().st_size / 1e6:.0f} MB")
         if args.q4_k_m:
             quantized = args.out_dir / f"twin-{twin}-Q4_K_M.gguf"
-            done = subprocess.run([str(args.llama_python), "-c", QUANTIZE, str(path), str(quantized), str(Q4_K_M)])
-            if done.returncode:
-                sys.exit(f"error: llama.cpp's quantizer failed on {path} (exit {done.returncode})")
+            try:
+                quantize(args.llama_python, path, quantized, "Q4_K_M")
+            except subprocess.CalledProcessError as err:
+                sys.exit(f"error: llama.cpp's quantizer failed on {path} (exit {err.returncode})")
             print(f"{quantized}: file {quantized.stat().st_size / 1e6:.0f} MB")
 
 

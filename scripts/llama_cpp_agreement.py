@@ -29,8 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
+from llama_quantize import FTYPES, quantize  # scripts/llama_quantize.py
+
 ROOT = Path(__file__).resolve().parent.parent
-TYPES = {"Q4_K_M": 15, "Q5_K_M": 17, "Q6_K": 18, "Q8_0": 7}
+TYPES = list(FTYPES)  # Q4_K_M, Q5_K_M, Q6_K, Q8_0
 HEADS = ROOT / "specdec" / "heads" / "shipped"  # trained for the default model, named by path on these files
 DRAFTERS = {"ngram": "ngram", "suffix": "suffix", "early:8": "early:8", "draft:smollm2-135m": "draft:smollm2-135m",
             "eagle": f"eagle:{HEADS / 'smollm2-135m-eagle'}", "eagle-tree": f"eagle-tree:{HEADS / 'smollm2-135m-eagle'}",
@@ -54,15 +56,6 @@ for ids in seqs:
 np.savez(out, *arrays)
 """
 
-QUANTIZE = """
-import sys, llama_cpp
-params = llama_cpp.llama_model_quantize_default_params()
-params.ftype = int(sys.argv[3])
-params.nthread = 2
-assert llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), params) == 0
-"""
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--llama-python", required=True)
@@ -81,10 +74,10 @@ def main() -> None:
         write_f16(builtin_gguf_path("smollm2-135m"), f16)
     prompts = dev_prompts(args.prompts)
     results = {}
-    for name, ftype in TYPES.items():
+    for name in TYPES:
         path = args.models / f"smollm2-135m-{name}.gguf"
         if not path.exists():
-            subprocess.run([args.llama_python, "-c", QUANTIZE, str(f16), str(path), str(ftype)], check=True)
+            quantize(args.llama_python, f16, path, name)
         results[name] = compare(path, prompts, args)
         print(name, json.dumps(results[name]), flush=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=2))
