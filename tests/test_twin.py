@@ -4,7 +4,6 @@ default model's logits bit for bit, run as stored; one non-zero added block chan
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import gguf
 import numpy as np
@@ -12,36 +11,32 @@ import pytest
 import torch
 
 from specdec.errors import ConfigError
+from specdec.runtime import load_model
 from specdec.runtime.gguf_synthetic import SHAPES
 from specdec.runtime.gguf_twin import TWINS, file_pass_bytes, pass_bytes, twin_width, width_for, write_twin
 
 WIDER = 1536 + 256  # the default model's MLP (1536) and one K-quant block more: a small file, the same code
 
 
-def loaded(path, default_gguf):
-    """The model of a GGUF written by a test; the user's cache keeps nothing of it (its tokenizer and
-    packed weights, under a key of the file's name, size and time, are removed when the test ends)."""
-    from specdec.runtime import load_model
+@pytest.fixture
+def loaded():
+    """load(path): the model of a GGUF written by the test; the user's cache keeps nothing of it (its
+    tokenizer and packed weights, under a key of the file's name, size and time, are removed when the
+    test ends)."""
+    folders = []
 
-    model = load_model(str(path))
-    if Path(path) != Path(default_gguf):
-        FORGET.append(model.folder)
-    return model
+    def load(path):
+        model = load_model(str(path))
+        folders.append(model.folder)
+        return model
 
-
-FORGET: list[Path] = []
-
-
-@pytest.fixture(autouse=True)
-def forget_written_files():
-    yield
-    while FORGET:
-        shutil.rmtree(FORGET.pop(), ignore_errors=True)
+    yield load
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
-def logits_of(path, ids: list[int], default_gguf) -> torch.Tensor:
+def logits_of(net, ids: list[int]) -> torch.Tensor:
     """[len(ids) + 3, V]: a prefill of `ids`, then three one-token passes (greedy), run as stored."""
-    net = loaded(path, default_gguf).net
     cache = net.new_cache(64)
     rows = [net.forward(torch.tensor([ids]), cache)[0]]
     for _ in range(3):
@@ -50,13 +45,13 @@ def logits_of(path, ids: list[int], default_gguf) -> torch.Tensor:
     return torch.cat(rows)
 
 
-def test_the_twin_gives_the_default_models_logits_bit_for_bit(tmp_path, default_gguf):
+def test_the_twin_gives_the_default_models_logits_bit_for_bit(tmp_path, default_gguf, loaded):
     twin = write_twin(tmp_path / "twin.gguf", default_gguf, WIDER)
     reader = gguf.GGUFReader(str(twin))
     assert int(reader.fields["llama.feed_forward_length"].contents()) == WIDER
     assert file_pass_bytes(reader) == file_pass_bytes(gguf.GGUFReader(str(default_gguf)), mlp=WIDER)
     ids = [1, 504, 3458, 282, 253, 1345, 28, 357, 1345, 338, 9080, 30, 378, 3458, 282]
-    narrow, wide = logits_of(default_gguf, ids, default_gguf), logits_of(twin, ids, default_gguf)
+    narrow, wide = logits_of(load_model(str(default_gguf)).net, ids), logits_of(loaded(twin).net, ids)
     assert torch.equal(narrow, wide)
 
     # control: the first added unit of blk.3 made live (one block of its gate and up rows, and of every
@@ -76,7 +71,7 @@ def test_the_twin_gives_the_default_models_logits_bit_for_bit(tmp_path, default_
             tensor.data[1536, :4] = live
     edited.data.flush()
     del edited
-    assert not torch.equal(narrow, logits_of(twin, ids, default_gguf))
+    assert not torch.equal(narrow, logits_of(loaded(twin).net, ids))
 
 
 def test_widths_match_the_models_pass_bytes(default_gguf):
@@ -107,27 +102,26 @@ def test_bad_widths_and_files_are_refused(tmp_path, default_gguf):
         twin_width(reader, "70b")
 
 
-def test_the_shipped_heads_fit_the_default_model_and_its_twin_and_auto_takes_them(tmp_path, default_gguf):
+def test_the_shipped_heads_fit_the_default_model_and_its_twin_and_auto_takes_them(tmp_path, default_gguf, loaded):
     """Each shipped head fits the default model and its twin (bit for bit the same features), so
     `auto` on the twin drafts with the shipped EAGLE-3 head as on the default model, and `eagle3`
     without a path finds it. Control: a file of the default model's shape with random weights fits
     none, and `auto` leaves the head out."""
     from specdec.drafters import SHIPPED_HEADS, auto_drafter_specs, build_drafters
     from specdec.heads.files import fits
-    from specdec.runtime import load_model
     from specdec.runtime.gguf_synthetic import Shape, write_gguf
 
     heads = sorted(SHIPPED_HEADS.iterdir())
     assert [h.name for h in heads] == ["smollm2-135m-eagle", "smollm2-135m-eagle3", "smollm2-135m-medusa"]
     default = load_model(str(default_gguf))
-    twin = loaded(write_twin(tmp_path / "twin.gguf", default_gguf, WIDER), default_gguf)
+    twin = loaded(write_twin(tmp_path / "twin.gguf", default_gguf, WIDER))
     for model in (default, twin):
         assert all(fits(head, model) for head in heads)
         assert auto_drafter_specs(model) == ["suffix", "early:7", "eagle3"]
     assert [d.name for d in build_drafters("eagle3-chain", twin)] == ["eagle3-chain"]
 
     shape = Shape("llama", 30, 576, 1536, 9, 3, rope_theta=100000.0)
-    stranger = loaded(write_gguf(tmp_path / "random.gguf", shape, "Q8_0", default_gguf), default_gguf)
+    stranger = loaded(write_gguf(tmp_path / "random.gguf", shape, "Q8_0", default_gguf))
     assert not any(fits(head, stranger) for head in heads)
     assert auto_drafter_specs(stranger) == ["suffix", "early:7"]
     with pytest.raises(ConfigError, match="no shipped eagle3 head fits"):

@@ -15,6 +15,7 @@ head that fits (drafters/__init__.py), whatever the target's name."""
 from __future__ import annotations
 
 import json
+import weakref
 from pathlib import Path
 
 import torch
@@ -49,7 +50,17 @@ def read_layers(config: dict) -> tuple[int, ...]:
 
 def probe_features(net, layers: tuple[int, ...]) -> torch.Tensor:
     """[PROBE_TOKENS, len(layers) × hidden or hidden] float32: what a head reading `layers` reads of
-    `net` on the probe."""
+    `net` on the probe; run once per net and layers (`auto` asks whether a head fits, then builds it)."""
+    probed = _PROBED.setdefault(net, {})
+    if layers not in probed:
+        probed[layers] = _run_probe(net, layers)
+    return probed[layers]
+
+
+_PROBED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # net → {layers: its probe features}
+
+
+def _run_probe(net, layers: tuple[int, ...]) -> torch.Tensor:
     from specdec.runtime.llama import Segment
 
     ids = torch.randint(0, net.config.vocab_size, (PROBE_TOKENS,), generator=torch.Generator().manual_seed(PROBE_SEED))

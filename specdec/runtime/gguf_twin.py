@@ -30,24 +30,26 @@ from pathlib import Path
 import numpy as np
 
 from specdec.errors import ConfigError
-from specdec.runtime.gguf_synthetic import BLOCKS, SHAPES, Shape, tensor_type
+from specdec.runtime.gguf_synthetic import SHAPES, Shape, tensor_type
 
 LLAMA3_VOCAB = 128256  # the output head a Llama 3 pass reads
 TWINS = {"1b": "llama-3.2-1b", "3b": "llama-3.2-3b", "8b": "llama-3.1-8b"}  # twin name: the shape it costs like
 WIDTH_STEP = 256  # a K-quant block: the twin's MLP width is a multiple of it
 MLP_PARTS = ("ffn_gate", "ffn_up", "ffn_down")
-FLOAT_BYTES = {"F32": 4.0, "F16": 2.0, "BF16": 2.0}
 
 
 def bytes_per_weight(type_name: str) -> float:
     """Bytes one weight of GGUF type `type_name` takes, its share of a block's scales included."""
-    if type_name in FLOAT_BYTES:
-        return FLOAT_BYTES[type_name]
-    if type_name not in BLOCKS:
-        raise ConfigError(f"a twin cannot be made of a file that stores {type_name} weights; "
-                          f"supported: {', '.join([*BLOCKS, *FLOAT_BYTES])}")
-    block_bytes, block_inputs, _ = BLOCKS[type_name]
+    import gguf
+
+    block_inputs, block_bytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[type_name]]
     return block_bytes / block_inputs
+
+
+def mlp_part(name: str) -> str | None:
+    """ffn_gate, ffn_up or ffn_down for a layer's MLP tensor `name` (blk.N.ffn_up.weight), else None."""
+    part = name.split(".")[-2] if name.startswith("blk.") else None
+    return part if part in MLP_PARTS else None
 
 
 def pass_bytes(shape: Shape, file_type: str = "Q4_K_M", vocab: int = LLAMA3_VOCAB) -> int:
@@ -86,8 +88,7 @@ def file_pass_bytes(reader, mlp: int | None = None) -> int:
     types = _tensor_types(reader)
     total = 0.0
     for tensor in reader.tensors:
-        part = tensor.name.split(".")[-2] if tensor.name.startswith("blk.") else None
-        scale = (mlp or width) / width if part in MLP_PARTS else 1.0
+        scale = (mlp or width) / width if mlp_part(tensor.name) else 1.0
         if tensor.name.startswith("blk.") or tensor.name == "output.weight":
             total += int(tensor.n_bytes) * scale
     if "output.weight" not in types:  # tied: the token embedding is the head
@@ -115,13 +116,23 @@ def twin_width(reader, twin: str) -> int:
     return width_for(reader, pass_bytes(SHAPES[TWINS[twin]]))
 
 
-def _widened(data: np.ndarray, part: str, width: int, mlp: int) -> np.ndarray:
-    """[rows, units] (bytes of blocks, or float values) widened with zeros: gate and up get rows,
-    down gets inputs (units in proportion)."""
+def _widened_shape(shape: tuple[int, ...], part: str | None, width: int, mlp: int) -> tuple[int, ...]:
+    """The [rows, units] (bytes of blocks, or float values) of a tensor whose MLP is widened from
+    `width` to `mlp`: gate and up get rows, down gets inputs (units in proportion); others stay."""
     if part in ("ffn_gate", "ffn_up"):
-        return np.concatenate([data, np.zeros((mlp - width, data.shape[1]), dtype=data.dtype)], axis=0)
-    units = data.shape[1] * mlp // width
-    return np.concatenate([data, np.zeros((data.shape[0], units - data.shape[1]), dtype=data.dtype)], axis=1)
+        return (mlp, shape[1])
+    if part == "ffn_down":
+        return (shape[0], shape[1] * mlp // width)
+    return tuple(shape)
+
+
+def _widened(data: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """`data` with zeros appended up to `shape` (rows, or units of every row)."""
+    if data.shape == shape:
+        return data
+    out = np.zeros(shape, dtype=data.dtype)
+    out[:data.shape[0], :data.shape[1]] = data
+    return out
 
 
 def write_twin(path: Path, source: Path, mlp: int, progress=None) -> Path:
@@ -146,30 +157,20 @@ def write_twin(path: Path, source: Path, mlp: int, progress=None) -> Path:
         writer.add_key_value(field.name, value, kind,
                              sub_type=field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None)
 
-    def part_of(tensor) -> str | None:
-        part = tensor.name.split(".")[-2] if tensor.name.startswith("blk.") else None
-        return part if part in MLP_PARTS else None
-
-    def data_of(tensor) -> np.ndarray:
-        part = part_of(tensor)
-        return tensor.data if part is None else _widened(tensor.data, part, width, mlp)
-
-    shapes = {}
+    shapes = {tensor.name: _widened_shape(tensor.data.shape, mlp_part(tensor.name), width, mlp)
+              for tensor in reader.tensors}
+    sizes = {tensor.name: int(np.prod(shapes[tensor.name])) * tensor.data.dtype.itemsize for tensor in reader.tensors}
     for tensor in reader.tensors:
-        part = part_of(tensor)
-        data = tensor.data
-        shape = list(data.shape) if part is None else \
-            ([mlp, data.shape[1]] if part != "ffn_down" else [data.shape[0], data.shape[1] * mlp // width])
-        nbytes = int(np.prod(shape)) * data.dtype.itemsize
-        writer.add_tensor_info(tensor.name, shape, data.dtype, nbytes, raw_dtype=tensor.tensor_type)
-        shapes[tensor.name] = nbytes
+        writer.add_tensor_info(tensor.name, shapes[tensor.name], tensor.data.dtype, sizes[tensor.name],
+                               raw_dtype=tensor.tensor_type)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()
-    done, total = 0, sum(shapes.values())
+    done, total = 0, sum(sizes.values())
     for tensor in reader.tensors:
-        writer.write_tensor_data(data_of(tensor), tensor_endianess=reader.endianess)
-        done += shapes[tensor.name]
+        data = _widened(tensor.data, shapes[tensor.name])
+        writer.write_tensor_data(data, tensor_endianess=reader.endianess)
+        done += data.nbytes
         if progress is not None:
             progress(done, total)
     writer.close()
