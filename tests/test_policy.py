@@ -10,7 +10,7 @@ from specdec.control.cost_model import CostModel, DraftCost, best_batch
 from specdec.drafters.base import CORPUS, REQUEST, Draft
 import specdec.control.explorer as explorer_module
 from specdec.control.acceptance import PositionAcceptance
-from specdec.control.explorer import PROBE_MAX, PROBE_SHARE, probe_interval
+from specdec.control.explorer import DOUBT, PROBE_MAX, PROBE_SHARE, longest_rest, probe_interval
 from specdec.control.policy import AdaptivePolicy, DrafterTraits
 from specdec.control.theory import best_gamma, expected_tokens_per_pass
 
@@ -427,6 +427,23 @@ def test_a_drafter_that_sat_out_is_weighed_with_its_catch_up():
 
 
 
+def test_a_long_catch_up_does_not_make_a_drafter_doubted():
+    """Doubt is about acceptance: the drafter of the test above, first accepted in 45 of 50 rounds, plain
+    while 400 tokens behind (8 passes to read), is still hopeful (its probe is due at the full share,
+    the catch-up priced in what it could lose). The control: its hopeful acceptance priced with the
+    catch-up predicts a loss at every γ."""
+    cost_model = CostModel({k: 1 + 0.1 * (k - 1) for k in range(1, 10)}, {"model": DraftCost(0.0, 0.05, 0.02)})
+    policy = AdaptivePolicy(cost_model, ["model"], max_gamma=8, prior=0.9)
+    for accepted in [1] * 45 + [0] * 5:
+        policy.acceptance[0].observe(1, accepted)
+    policy.explorer.fresh.clear()
+    assert policy.choose(behind={0: 400}).drafter is None
+    passes = cost_model.pass_prices(1, 8)
+    assert policy.hopeful(0, 1, passes)
+    expected = policy.acceptance[0].hopeful_expected_tokens_up_to(8)
+    assert max(cost_model.predicted_speedups("model", expected, rows=1, passes=passes, caught_up=400)) < 1
+
+
 def test_a_losing_drafter_falls_back_to_plain_and_probes_as_its_worst_case_allows():
     """A drafter whose tokens are never accepted: the prior (α 0.6) makes it draft in the first round,
     then it decodes plainly and is probed every probe_interval(W) rounds, W what a probe loses when
@@ -446,11 +463,15 @@ def test_a_losing_drafter_falls_back_to_plain_and_probes_as_its_worst_case_allow
 
 def test_a_drafter_never_tried_is_tried_at_once_even_if_the_prior_predicts_a_loss():
     """On a new engine a drafter's estimate is the prior alone: it drafts at its first chance (a probe),
-    then rests its interval."""
+    then rests its interval. That probe accepted nothing, and at 0.9 of a pass a token even its hopeful
+    acceptance (0.62 after one observation) would lose: it rests the doubtful interval, 8× longer."""
     policy = AdaptivePolicy(costs(0.0, d=0.9), ["d"], max_gamma=8, prior=0.6)
-    plans = run(policy, {"d": 0.0}, rounds=300)
-    assert [i for i, p in enumerate(plans) if p.drafter is not None] == [0, probe_interval(0.9)]
+    interval = probe_interval(0.9, hopeful=False)
+    assert interval == DOUBT * probe_interval(0.9)
+    plans = run(policy, {"d": 0.0}, rounds=interval + 10)
+    assert [i for i, p in enumerate(plans) if p.drafter is not None] == [0, interval]
     assert plans[0].predicted_speedup < 1 and "probe" in plans[0].reason
+    assert "would lose even at its hopeful acceptance" in plans[interval].reason
 
 
 def never_paying(per_token: float, rounds: int, share: float, monkeypatch, rate: float = 0.0) -> tuple[float, int]:
@@ -481,12 +502,49 @@ def test_probes_lose_at_most_their_share_of_plain_decoding(monkeypatch):
     assert control > bound, (control, bound)
 
 
-def test_a_dear_probe_is_spread_over_at_most_probe_max_rounds(monkeypatch):
-    """A drafter whose one-token probe loses 3 passes (2.9 of drafting): ⌈3 / PROBE_SHARE⌉ is past
-    PROBE_MAX, so it is probed every PROBE_MAX rounds, losing 3 / PROBE_MAX of a pass a round."""
-    lost, longest_rest = never_paying(2.9, 3000, PROBE_SHARE, monkeypatch)
-    assert probe_interval(3.0) == PROBE_MAX and longest_rest == PROBE_MAX
-    assert lost <= 3.0 * (3000 // PROBE_MAX + 1)
+def test_a_dear_probe_is_spread_over_at_most_its_longest_rest(monkeypatch):
+    """A probe that loses 3 passes: ⌈3 / PROBE_SHARE⌉ is past PROBE_MAX, so a drafter that could pay is
+    probed every PROBE_MAX rounds (3 / 512 of a pass a round). One whose one-token probe loses 3 passes
+    for its drafting (2.9 a token) loses even if every token is accepted: it is probed every
+    PROBE_MAX · DOUBT = 4,096 rounds, losing at most 3 / 4,096 of a pass a round."""
+    assert probe_interval(3.0) == PROBE_MAX and probe_interval(3.0, hopeful=False) == longest_rest(False) == 4096
+    lost, rest = never_paying(2.9, 10000, PROBE_SHARE, monkeypatch)
+    assert rest == longest_rest(False)
+    assert lost <= 3.0 * (10000 // longest_rest(False) + 1)
+
+
+def seldom_accepted(monkeypatch, doubt: int, rounds: int = 20000) -> tuple[float, int]:
+    """A model drafter accepted at 0.1 a token at 0.25 of a pass a token (T(k) = 1 + 0.05 (k − 1)), like
+    an early exit at T = 1 on a small model, over `rounds` rounds with DOUBT = `doubt`: (what its
+    rounds lost against plain decoding, their cost less the tokens they committed, in one-token
+    passes; the rounds it drafted)."""
+    monkeypatch.setattr(explorer_module, "DOUBT", doubt)
+    cost_model = costs(0.05, model=0.25)
+    policy = AdaptivePolicy(cost_model, ["model"], max_gamma=8)
+    rng, lost, drafted = random.Random(7), 0.0, 0
+    for _ in range(rounds):
+        plan = policy.choose()
+        accepted = 0
+        if plan.drafter is not None:
+            while accepted < plan.gamma and rng.random() < 0.1:
+                accepted += 1
+            lost += cost_model.target_pass(plan.gamma + 1) + cost_model.draft_seconds("model", plan.gamma) - (accepted + 1)
+            drafted += 1
+        policy.observe(plan, plan.gamma, accepted)
+    return lost, drafted
+
+
+def test_a_drafter_seldom_accepted_is_probed_as_what_it_could_gain_allows(monkeypatch):
+    """Once even its hopeful acceptance (a standard error above its long-run estimate) would lose, a
+    seldom-accepted model drafter is probed DOUBT times less often: over 20,000 rounds its probes lose
+    at most 2 · PROBE_SHARE / DOUBT of a pass a round (its first probes, before the doubt, at the full
+    share; measured: 9.9 passes, 63 rounds drafted). Deterministic. The control, no doubt (DOUBT = 1),
+    loses more than that bound (measured: 59.6 passes, 302 rounds)."""
+    bound = 2 * PROBE_SHARE / DOUBT * 20000
+    lost, drafted = seldom_accepted(monkeypatch, DOUBT)
+    assert 0 < lost <= bound, (lost, bound, drafted)
+    control, _ = seldom_accepted(monkeypatch, 1)
+    assert control > bound, (control, bound)
 
 
 def test_a_paying_lookup_comes_before_a_due_probe_until_it_is_overdue():
@@ -495,14 +553,17 @@ def test_a_paying_lookup_comes_before_a_due_probe_until_it_is_overdue():
     policy = AdaptivePolicy(costs(0.1, lookup=0.0, model=0.9), [lookup("lookup"), "model"], max_gamma=8)
     interval = probe_interval(policy.worst_loss(1, 1))
     plans = []
-    for number in range(interval + PROBE_MAX + 20):
+    for number in range(interval + longest_rest(False) + 20):
         quiet = interval + 5 <= number < interval + 8  # three rounds where the lookup finds nothing
         plan = policy.choose(proposals={0: Draft([] if quiet else [0] * 8, match_length=6)})
         policy.observe(plan, plan.gamma, plan.gamma if plan.drafter == 0 else 0, 6)
         plans.append(plan)
     model_rounds = [i for i, p in enumerate(plans) if p.drafter == 1]
     assert model_rounds[0] == interval + 5  # due since round interval - 1, waited for a plain round
-    assert model_rounds[1] == model_rounds[0] + PROBE_MAX and "rounds without drafting" in plans[model_rounds[1]].reason
+    # its probe accepted nothing, and at 0.9 of a pass a token even its hopeful acceptance would lose:
+    # it rests PROBE_MAX · DOUBT rounds
+    assert model_rounds[1] == model_rounds[0] + longest_rest(False)
+    assert "4096 rounds without drafting" in plans[model_rounds[1]].reason
 
 
 def test_the_probe_schedule_carries_on_into_the_next_request():
@@ -671,5 +732,5 @@ def test_a_lookup_that_pays_on_the_last_prompt_is_not_muted_by_the_ones_before(m
     assert alone >= 95
     assert lookup_on_the_last_request(11) >= 0.9 * alone
     monkeypatch.setattr(explorer_module.Explorer, "due",
-                        lambda self, index, worst_loss: self.since[index] >= probe_interval(worst_loss))
+                        lambda self, index, worst_loss, hopeful=True: self.since[index] >= probe_interval(worst_loss))
     assert lookup_on_the_last_request(11) < 0.5 * alone

@@ -11,6 +11,11 @@ long-run estimate of it that forgets far more slowly (LONG_MEMORY), which itself
 prior (weight 1); a position never drafted yet takes the estimate of the position before it. A
 drafter passed over while another drafts forgets its recent evidence (`fade`) towards its own long-run
 value, not towards the prior: one that lost for long is not retried because it was idle.
+
+`hopeful_expected_tokens_up_to` reads the long-run estimate raised by HOPE standard errors (its
+evidence and the prior's weight of 1 as the sample size) as every position's α: what the drafter
+could plausibly do in the long run, whatever its last rounds said, which sets how often a drafter
+predicted to lose is probed (`explorer.py`).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from specdec.control.theory import expected_tokens_by_position
 
 CONFIDENCE_EDGES = (0.2, 0.4, 0.6, 0.8, 0.9)  # buckets of a drafter's confidence in a token: [0, 0.2), ... [0.9, 1]
 LONG_MEMORY = 0.995  # the long-run estimate's forgetting per observation (some 200 observations kept)
+HOPE = 1.0  # standard errors above its long-run estimate a drafter's hopeful acceptance lies (one-sided: ~16%)
 
 
 class PositionAcceptance:
@@ -63,6 +69,13 @@ class PositionAcceptance:
         """The first position's long-run estimate (the prior before any evidence)."""
         return (self.long[0] + self.prior) / (self.long[1] + 1)
 
+    @property
+    def hopeful_long_run(self) -> float:
+        """The long-run estimate raised by HOPE standard errors (at most 1): with n observations (the
+        prior counting as one), p + HOPE · √(p (1 − p) / n)."""
+        p = self.long_run
+        return min(1.0, p + HOPE * (p * (1 - p) / (self.long[1] + 1)) ** 0.5)
+
     def alphas(self, gamma: int) -> list[float]:
         """[α_1 .. α_γ]: each position's estimate, shrunk towards the position before (the first: its long-run value)."""
         out, previous = [], self.long_run
@@ -78,12 +91,21 @@ class PositionAcceptance:
 
     def expected_tokens_up_to(self, gamma: int) -> list[float]:
         """[E(1) .. E(γ)] from one pass over the estimates."""
-        out, total, survive = [], 1.0, 1.0
-        for alpha in self.alphas(gamma):
-            survive *= alpha
-            total += survive
-            out.append(total)
-        return out
+        return _expected_up_to(self.alphas(gamma))
+
+    def hopeful_expected_tokens_up_to(self, gamma: int) -> list[float]:
+        """[E(1) .. E(γ)] with every position accepted at the hopeful long-run rate."""
+        return _expected_up_to([self.hopeful_long_run] * gamma)
+
+
+def _expected_up_to(alphas: list[float]) -> list[float]:
+    """[E(1) .. E(γ)] for these per-position acceptance rates: E(k) = 1 + Σ_{i≤k} Π_{j≤i} α_j."""
+    out, total, survive = [], 1.0, 1.0
+    for alpha in alphas:
+        survive *= alpha
+        total += survive
+        out.append(total)
+    return out
 
 
 class ConfidenceAcceptance:

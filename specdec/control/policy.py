@@ -26,7 +26,8 @@ The rule, each round:
 2. The candidate with the largest S above 1 drafts: a lookup where the text repeats itself, a model
    where it does not. With γ fixed by hand, the best drafter at that γ drafts, whatever S says.
 3. Where none predicts a gain, a drafter due for a probe drafts (`explorer.py`: the schedule, from
-   what a probe could lose, and its worst case); otherwise the round is plain.
+   what a probe could lose and whether the drafter could gain, and its worst case); otherwise the
+   round is plain.
 4. A chain drafter that says how sure it is of each token (`stops_early`: an EAGLE-3 chain) drafts
    while one more token could pay (`keep_drafting`: S(k + 1), the next token as likely as the best
    confidence bucket, above S(k)), from the acceptance seen at each confidence (`acceptance.py`).
@@ -59,7 +60,7 @@ from dataclasses import dataclass
 
 from specdec.control.acceptance import ConfidenceAcceptance, PositionAcceptance
 from specdec.control.cost_model import CostModel
-from specdec.control.explorer import PROBE_MAX, Explorer, probe_interval
+from specdec.control.explorer import Explorer, longest_rest, probe_interval
 from specdec.drafters.base import REQUEST, Draft
 
 FREE_SHARE = 0.02  # a drafter whose longest draft costs at most this share of a one-token pass is "free"
@@ -155,6 +156,7 @@ class AdaptivePolicy:
         self.rounds = 0
         self.behind: dict[int, int] = {}  # this round's model drafters → committed tokens they would read first
         self.probing: int | None = None  # the drafter this round probes, if it is a probe
+        self.hopes: dict[int, bool] = {}  # this round's model drafters → could they pay at their hopeful acceptance
         self.rows = 1  # rows sharing this round's pass
         self.context: int | None = None  # cached tokens before this round's pass (None: priced at the table's)
         self.weigh_models_at = 0  # the round from which the model drafters are weighed again (`REWEIGH_AFTER`)...
@@ -243,6 +245,7 @@ class AdaptivePolicy:
         self.context = context
         self.explorer.tick()
         self.probing = None
+        self.hopes = {}
         proposals = proposals or {}
         self.behind = behind or {}
         weigh_models = not self.may_fall_back or self.rounds >= self.weigh_models_at or rows != self.judged_rows
@@ -262,8 +265,9 @@ class AdaptivePolicy:
         why_best = functools.partial(self._why, *best) if best else None
         if best and not self.may_fall_back:  # γ fixed by hand: the best drafter at that γ, whatever S says
             plan = RoundPlan(best[1], best[2], best[0], lambda: f"best predicted at γ fixed by hand: {why_best()}")
-        elif (overdue := self._overdue(predictions, offers)) is not None:
-            plan = self._probe(overdue, proposals, rows, passes, f"{PROBE_MAX} rounds without drafting")
+        elif (overdue := self._overdue(predictions, offers, rows, passes)) is not None:
+            plan = self._probe(overdue, proposals, rows, passes,
+                               f"{longest_rest(self.hopeful(overdue[1], rows, passes))} rounds without drafting")
         elif best and best[0] >= 1 and not (offered and offered[0] > best[0]):
             speedup, index, gamma = best
             plan = RoundPlan(index, self._ask(index, gamma), speedup, lambda: f"best predicted: {why_best()}")
@@ -274,12 +278,13 @@ class AdaptivePolicy:
             plan = self._lookup_plan(offered, proposals, others)
         else:  # nothing predicted to pay: a probe if one is due, else plain
             each = self._best_of_each(predictions + offers)
-            due = [c for c in each if self.explorer.due(c[1], self.worst_loss(c[1], c[2], rows, passes))]
+            due = [c for c in each if self.explorer.due(c[1], self.worst_loss(c[1], c[2], rows, passes),
+                                                        self.hopeful(c[1], rows, passes))]
             probe = self._best(due)
             plan = (self._probe(probe, proposals, rows, passes, "its probe is due") if probe
                     else RoundPlan(None, 0, 1.0, self._plain_reason(each, rows, passes)))
         if predictions and best[0] < 1 and self.may_fall_back:  # weighed again in REWEIGH_AFTER rounds, or at a probe
-            waits = [self.explorer.rounds_left(i, self.worst_loss(i, g, rows, passes))
+            waits = [self.explorer.rounds_left(i, self.worst_loss(i, g, rows, passes), self.hopeful(i, rows, passes))
                      for _, i, g in self._best_of_each(predictions)]
             self.weigh_models_at = self.rounds + max(1, min(REWEIGH_AFTER, *waits))
             self.judged_rows = rows
@@ -300,9 +305,23 @@ class AdaptivePolicy:
                 best[index] = candidate
         return list(best.values())
 
-    def _overdue(self, predictions: list, offers: list) -> tuple[float, int, int] | None:
-        """The best candidate of a drafter that has rested PROBE_MAX rounds, if any."""
-        return self._best([c for c in predictions + offers if self.explorer.overdue(c[1])])
+    def _overdue(self, predictions: list, offers: list, rows: int, passes: list[float]) -> tuple[float, int, int] | None:
+        """The best candidate of a drafter that has rested its longest (`explorer.longest_rest`), if any."""
+        return self._best([c for c in predictions + offers if self.explorer.overdue(c[1], self.hopeful(c[1], rows, passes))])
+
+    def hopeful(self, index: int, rows: int, passes: list[float]) -> bool:
+        """Whether drafter `index` would beat plain decoding at some γ at its hopeful acceptance (its
+        long-run estimate a standard error up, at every position: `acceptance.py`), at this round's
+        prices, its catch-up aside (paid once, and priced in what its probe could lose): a model
+        drafter that would not is probed DOUBT times less often (`explorer.py`). A lookup: always."""
+        if self.looks_first[index]:
+            return True
+        if index not in self.hopes:
+            expected = self.acceptance[index].hopeful_expected_tokens_up_to(max(self.gammas))
+            speedups = self.costs.predicted_speedups(self.names[index], expected, self.verified_counts[index], rows,
+                                                     passes)
+            self.hopes[index] = max(speedups[gamma - 1] for gamma in self.gammas) >= 1
+        return self.hopes[index]
 
     def _probe(self, candidate: tuple[float, int, int], proposals: dict, rows: int, passes: list[float],
                why: str) -> RoundPlan:
@@ -310,8 +329,10 @@ class AdaptivePolicy:
         speedup, index, gamma = candidate
         self.probing = index
         rested, worst = self.explorer.since[index], self.worst_loss(index, gamma, rows, passes)
+        hopeful = self.hopeful(index, rows, passes)
+        doubt = "" if hopeful else " and would lose even at its hopeful acceptance"
         probing = (lambda: f"probe ({why}: {self.names[index]} rested {rested} rounds; one due every "
-                           f"{probe_interval(worst)}, as it could lose {worst:.2f} of a pass)")
+                           f"{probe_interval(worst, hopeful)}, as it could lose {worst:.2f} of a pass{doubt})")
         if index in proposals:
             return self._lookup_plan(candidate, proposals, probing)
         return RoundPlan(index, self._ask(index, gamma), speedup, lambda: f"{probing()}: {self._why(*candidate)}")
@@ -362,7 +383,8 @@ class AdaptivePolicy:
             return self._nothing_found
 
         def reason() -> str:
-            waits = ", ".join(f"{self.names[i]} in {self.explorer.rounds_left(i, self.worst_loss(i, g, rows, passes))}"
+            waits = ", ".join(f"{self.names[i]} in "
+                              f"{self.explorer.rounds_left(i, self.worst_loss(i, g, rows, passes), self.hopeful(i, rows, passes))}"
                               for _, i, g in sorted(each, key=lambda c: c[1]))
             return (f"plain: nothing is predicted to beat plain decoding (the best: {self._why(*self._best(each))}); "
                     f"next probes: {waits} rounds")
