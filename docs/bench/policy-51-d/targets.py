@@ -3,7 +3,8 @@
     .venv/bin/python docs/bench/policy-51-d/targets.py docs/bench/policy-51-d/run-1 docs/bench/policy-51-d/run-2 ...
 
 Each method's × plain is the report's (mean over the prompts of median tokens/s over plain's median);
-the rounds each method drafted and accepted are compared between the runs, prompt by prompt.
+the rounds each method drafted and accepted are compared between the runs, prompt by prompt, and
+the first run's `auto` is split by drafter.
 """
 
 from __future__ import annotations
@@ -62,6 +63,29 @@ def main() -> None:
     rows_compared = sum(1 for line in lines[runs[0]] for m in line["methods"].values() if m.get("stats"))
     print(f"{rows_compared} (temperature, prompt, method) rows of {runs[0].name} compared with each other run: "
           f"{differing} differ in drafted, accepted or target passes")
+    print()
+    auto_by_drafter(lines[runs[0]], runs[0].name)
+
+
+def auto_by_drafter(rows: list[dict], run: str) -> None:
+    """`auto`'s rounds by drafter over the prompts of one run, each temperature: rounds, tokens drafted
+    and accepted, and the seconds its draft and verification took (all repeats together)."""
+    print(f"`auto` by drafter, {run} (all prompts and repeats):")
+    print("| T | drafter | rounds | drafted | accepted | draft + verify s |")
+    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    for temperature in sorted({row["temperature"] for row in rows}):
+        totals: dict[str, list[float]] = {}
+        for row in rows:
+            if row["temperature"] != temperature:
+                continue
+            for name, part in row["methods"]["auto"]["stats"]["by_drafter"].items():
+                total = totals.setdefault(name, [0, 0, 0, 0.0])
+                for i, key in enumerate(("drafting_rounds", "drafted", "accepted")):
+                    total[i] += part[key]
+                total[3] += part["draft_seconds"] + part["verify_seconds"]
+        for name, (rounds, drafted, accepted, seconds) in sorted(totals.items()):
+            if name != "plain":
+                print(f"| {temperature:g} | {name} | {rounds} | {drafted} | {accepted} | {seconds:.2f} |")
 
 
 if __name__ == "__main__":
