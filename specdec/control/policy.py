@@ -306,8 +306,10 @@ class AdaptivePolicy:
         return list(best.values())
 
     def _overdue(self, predictions: list, offers: list, rows: int, passes: list[float]) -> tuple[float, int, int] | None:
-        """The best candidate of a drafter that has rested its longest (`explorer.longest_rest`), if any."""
-        return self._best([c for c in predictions + offers if self.explorer.overdue(c[1], self.hopeful(c[1], rows, passes))])
+        """The best candidate of a drafter that has rested its longest (`explorer.longest_rest`), if any.
+        Whether it could pay is priced only for those past PROBE_MAX (no shorter rest is overdue)."""
+        rested = [c for c in predictions + offers if self.explorer.overdue(c[1])]
+        return self._best([c for c in rested if self.explorer.overdue(c[1], self.hopeful(c[1], rows, passes))])
 
     def hopeful(self, index: int, rows: int, passes: list[float]) -> bool:
         """Whether drafter `index` would beat plain decoding at some γ at its hopeful acceptance (its
