@@ -113,14 +113,14 @@ def test_tokenizer_and_chat_template_equal_transformers(smollm):
     assert smollm.eos_token_ids == [2]  # <|im_end|>
 
 
-def test_second_load_reads_the_cache_without_converting(smollm, monkeypatch):
+def test_second_load_reads_the_cache_without_converting(smollm, smollm_float32, monkeypatch):
     def fail(*args):
         raise AssertionError("converted again")
 
     monkeypatch.setattr(gguf_convert, "_convert_tokenizer", fail)
     monkeypatch.setattr(gguf_convert, "_convert_weights", fail)
     assert load_model("smollm2-135m").folder == smollm.folder
-    assert load_model("smollm2-135m", weights="float32").folder == smollm.folder  # float weights written once
+    assert load_model("smollm2-135m", weights="float32").folder == smollm.folder  # float weights: written once, by smollm_float32
 
 
 @pytest.mark.parametrize("prompt", PROMPTS, ids=[p[:20] for p in PROMPTS])

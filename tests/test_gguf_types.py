@@ -15,8 +15,9 @@
 - Files: 2-layer files with Llama-3.2-1B's widths (rope_freqs included) and Qwen2.5-1.5B's (q/k/v
   bias), in Q4_K_M's mix and in Q8_0, load without a float copy and generate; greedy speculation
   with prompt lookup equals plain decoding on them; a second load maps the packed weights the first
-  kept, without packing, and generates the same tokens; an unsupported type and an unsupported
-  architecture each get one line naming them.
+  kept, without packing, and generates the same tokens; a copy of a file with a new modification
+  time (a new install) finds the cache folder made for its content, and one byte changed does not;
+  an unsupported type and an unsupported architecture each get one line naming them.
 """
 
 from __future__ import annotations
@@ -172,6 +173,44 @@ def test_small_files_of_real_shapes_load_and_generate(tmp_path, tokenizer_gguf, 
     monkeypatch.setattr(gguf_model, "pack_weights", lambda *a: pytest.fail("packed again"))
     again = load_model(str(path))
     assert Engine(again).generate(ids, settings).token_ids == plain.token_ids
+
+
+def test_a_copy_installed_anew_finds_the_folder_made_for_its_content(tmp_path, tokenizer_gguf, monkeypatch, capsys):
+    import os
+    import shutil
+
+    from specdec.runtime import gguf_convert
+
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "first").mkdir()
+    path = write_gguf(tmp_path / "first" / "model.gguf", SMALL["llama-3.2-1b"], "Q8_0", tokenizer_gguf)
+    size = path.stat().st_size
+    earlier = [tmp_path / "cache" / "gguf" / f"model-{size}-{stamp}-v2" for stamp in (1, 2)]
+    other = tmp_path / "cache" / "gguf" / f"model-{size + 1}-1-v2"  # another file's, by its size: kept
+    for folder in (*earlier, other):
+        folder.mkdir(parents=True)
+    folder = gguf_convert.metadata_folder(path)
+    assert not any(f.exists() for f in earlier) and other.is_dir()
+    assert "removed 2 cached folder(s) of model.gguf" in capsys.readouterr().err
+
+    copy = tmp_path / "installed-again" / "model.gguf"  # what a new install (or a clean clone) is
+    copy.parent.mkdir()
+    shutil.copyfile(path, copy)
+    os.utime(copy, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+    monkeypatch.setattr(gguf_convert, "_convert_tokenizer", lambda *a: pytest.fail("converted again"))
+    assert gguf_convert.metadata_folder(copy) == folder
+    monkeypatch.setattr(gguf_convert.hashlib, "sha256", lambda: pytest.fail("read through again"))
+    assert gguf_convert.metadata_folder(copy) == folder  # its digest remembered
+
+    # negative control: one weight byte changed, the same size, gets a folder of its own
+    monkeypatch.undo()
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "cache"))
+    changed = tmp_path / "changed" / "model.gguf"
+    changed.parent.mkdir()
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1
+    changed.write_bytes(bytes(data))
+    assert gguf_convert.content_key(changed) != folder.name
 
 
 def test_packing_anew_removes_the_packed_files_of_earlier_layouts(tmp_path, capsys):

@@ -2,8 +2,10 @@
 
 `metadata_folder` writes `config.json` (from the file's metadata), `tokenizer.json`,
 `tokenizer_config.json` and `chat_template.jinja` (transformers' GGUF tokenizer converter, several
-seconds) under the cache directory, keyed by the file's size and modification time; later loads read
-it. The lean runtime runs the file's own blocks from the GGUF (`gguf_model.py`) and needs only this.
+seconds) under the cache directory, keyed by the file's content (`content_key`: its name and a digest
+of its bytes), so that a copy of the file, or the same file installed again with a new modification
+time, finds the folder made before; later loads read it. The lean runtime runs the file's own
+blocks from the GGUF (`gguf_model.py`) and needs only this.
 
 `converted_folder` adds `model.safetensors`, the weights dequantized to float32, for what needs
 float weights: training, the transformers runtime and baseline, `--weights float32|bfloat16|int4|int8`.
@@ -15,8 +17,10 @@ interleaved RoPE; `unpermute_qk` restores the Hugging Face "rotate half" layout.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -29,6 +33,8 @@ from specdec.cache_dir import cache_root
 from specdec.errors import ModelLoadError
 
 CONVERSION_VERSION = 2
+DIGESTS = "digests.json"  # under the cache's gguf/: each file version's digest, so that a file is read through once
+DIGEST_CHUNK = 1 << 24
 ARCH_TO_HF = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
 FLOAT_WEIGHTS = "model.safetensors"
 
@@ -45,14 +51,11 @@ def unpermute_qk(weight: np.ndarray, num_heads: int) -> np.ndarray:
 
 def metadata_folder(gguf_path: Path) -> Path:
     """The cached folder with `gguf_path`'s config and tokenizer (no weights), made first if needed."""
-    try:
-        stat = gguf_path.stat()
-    except OSError as err:
-        raise ModelLoadError(f"cannot read model file {gguf_path}: {err.strerror}") from None
-    key = f"{gguf_path.stem}-{stat.st_size}-{stat.st_mtime_ns}-v{CONVERSION_VERSION}"
+    key = content_key(gguf_path)
     folder = cache_root() / "gguf" / key
     if (folder / "config.json").exists():
         return folder
+    _remove_earlier_naming(folder.parent, gguf_path)
     folder.parent.mkdir(parents=True, exist_ok=True)
     announce(f"reading the tokenizer of {gguf_path.name} once (a few seconds) into {folder}")
     staging = Path(tempfile.mkdtemp(prefix=key + ".", dir=folder.parent))
@@ -68,6 +71,59 @@ def metadata_folder(gguf_path: Path) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return folder
+
+
+def content_key(gguf_path: Path) -> str:
+    """The cache folder's name for `gguf_path`: `{stem}-{digest}-v{CONVERSION_VERSION}`, the digest the
+    first 16 hex digits of the file's SHA-256. The digest is remembered per path, size and modification
+    time (`DIGESTS`), so a file is read through once per version (about a second a gigabyte)."""
+    try:
+        stat = gguf_path.stat()
+    except OSError as err:
+        raise ModelLoadError(f"cannot read model file {gguf_path}: {err.strerror}") from None
+    memo_path = cache_root() / "gguf" / DIGESTS
+    version = f"{gguf_path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+    try:
+        memo = json.loads(memo_path.read_text())
+    except (OSError, ValueError):  # none yet, or unreadable: digests are remade, nothing is lost
+        memo = {}
+    digest = memo.get(version)
+    if digest is None:
+        if stat.st_size > 1 << 30:
+            announce(f"reading {gguf_path.name} through once to name its cache folder by its content")
+        sha = hashlib.sha256()
+        with gguf_path.open("rb") as f:
+            while chunk := f.read(DIGEST_CHUNK):
+                sha.update(chunk)
+        memo = {known: d for known, d in memo.items() if _still_there(known)}  # versions gone: forgotten
+        digest = memo[version] = sha.hexdigest()[:16]
+        memo_path.parent.mkdir(parents=True, exist_ok=True)
+        staging = memo_path.with_name(f"{DIGESTS}.{os.getpid()}.partial")
+        staging.write_text(json.dumps(memo, indent=0))
+        staging.replace(memo_path)  # atomic: a concurrent reader sees the old memo or the new one
+    return f"{gguf_path.stem}-{digest}-v{CONVERSION_VERSION}"
+
+
+def _still_there(version: str) -> bool:
+    """Whether the file version a digest was remembered for (`path|size|mtime_ns`) is still on disk."""
+    path, size, mtime = version.rsplit("|", 2)
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return False
+    return f"{stat.st_size}|{stat.st_mtime_ns}" == f"{size}|{mtime}"
+
+
+def _remove_earlier_naming(folder: Path, gguf_path: Path) -> None:
+    """Remove the folders this file's versions were cached in under the earlier naming (name, size and
+    modification time): one was made each time the file was installed anew, 0.6 GB each for the default
+    model."""
+    earlier = re.compile(rf"{re.escape(gguf_path.stem)}-{gguf_path.stat().st_size}-\d+-v\d+")
+    stale = [f for f in folder.glob(f"{gguf_path.stem}-*") if f.is_dir() and earlier.fullmatch(f.name)]
+    for old in stale:
+        shutil.rmtree(old, ignore_errors=True)
+    if stale:
+        announce(f"removed {len(stale)} cached folder(s) of {gguf_path.name} named by an earlier version of specdec")
 
 
 def converted_folder(gguf_path: Path) -> Path:
