@@ -399,6 +399,16 @@ inline void block_dots(const uint8_t* blk, int side, const int8_t* x0, int64_t k
     planes[0] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 256 + side * 32));
     planes[1] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 320 + side * 32));
   }
+  // 4-bit codes (u <= 15): a pair of products is at most 2 * 15 * 127 = 3810 in magnitude, so the 8
+  // pairs of a lane over the block (4 chunks, low and high) sum exactly in int16 (<= 30480) and are
+  // widened once per half block (`pending`); 6-bit codes (u <= 63, a pair <= 16002) sum two pairs in
+  // int16 where both go to the same half block (not kSplit), and are widened per chunk otherwise.
+  constexpr bool kNarrowSum = F::kBits == 4;
+  [[maybe_unused]] __m256i pending0[R], pending1[R];
+  if constexpr (kNarrowSum) {
+    SPECDEC_UNROLL
+    for (int r = 0; r < R; ++r) pending0[r] = pending1[r] = _mm256_setzero_si256();
+  }
   SPECDEC_UNROLL
   for (int j = 0; j < 4; ++j) {
     const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + j * 64 + side * 32));
@@ -411,8 +421,26 @@ inline void block_dots(const uint8_t* blk, int side, const int8_t* x0, int64_t k
     }
     SPECDEC_UNROLL
     for (int r = 0; r < R; ++r) {
-      accumulate(r, false, dot4(lo, broadcast4(x0 + r * k + 4 * j), ones));
-      accumulate(r, true, dot4(hi, broadcast4(x0 + r * k + 16 + 4 * j), ones));
+      const __m256i low_pairs = _mm256_maddubs_epi16(lo, broadcast4(x0 + r * k + 4 * j));
+      const __m256i high_pairs = _mm256_maddubs_epi16(hi, broadcast4(x0 + r * k + 16 + 4 * j));
+      if constexpr (kNarrowSum && kSplit) {
+        pending0[r] = _mm256_add_epi16(pending0[r], low_pairs);
+        pending1[r] = _mm256_add_epi16(pending1[r], high_pairs);
+      } else if constexpr (kNarrowSum) {
+        pending0[r] = _mm256_add_epi16(pending0[r], _mm256_add_epi16(low_pairs, high_pairs));
+      } else if constexpr (!kSplit) {
+        accumulate(r, false, _mm256_madd_epi16(_mm256_add_epi16(low_pairs, high_pairs), ones));
+      } else {
+        accumulate(r, false, _mm256_madd_epi16(low_pairs, ones));
+        accumulate(r, true, _mm256_madd_epi16(high_pairs, ones));
+      }
+    }
+  }
+  if constexpr (kNarrowSum) {
+    SPECDEC_UNROLL
+    for (int r = 0; r < R; ++r) {
+      dot0[r] = _mm256_madd_epi16(pending0[r], ones);
+      if constexpr (kSplit) dot1[r] = _mm256_madd_epi16(pending1[r], ones);
     }
   }
 }

@@ -1,0 +1,76 @@
+"""How a quantized layer's time grows with the rows it scores: the kernel's side of T(k)/T(1).
+
+    python scripts/kernel_rate.py                       # Q4_1 and Q4_K, layers 4096 -> 14336, M = 1..16
+    python scripts/kernel_rate.py --types Q4_1 --rows 1,2,4,8,16 --repeats 30
+
+Random blocks of each type (gguf_synthetic.random_blocks) packed as a GGUF layer is, several layers
+of [out, in] so that their bytes (about 150 MB) stream from memory as a model's do; each call runs the
+layers one after the other. Per M: the median seconds of a call, weight bytes per second, integer
+multiply-accumulates per second (M · out · in · layers / time), and the time over M = 1's. Two
+bounds beside it: memory (M = 1's bytes/s, the rate a pass cannot beat) and, for each M, the time
+the measured compute rate of the largest M would give — a kernel whose extra rows cost nothing
+would stay at 1.00 until compute binds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+import torch
+
+from specdec.runtime.gguf_synthetic import random_blocks
+from specdec.runtime.quant import QuantizedLinear, pack_gguf_tensors
+
+
+def layers_of(type_name: str, out_features: int, in_features: int, count: int) -> list[QuantizedLinear]:
+    rng = np.random.default_rng(0)
+    layers = []
+    for _ in range(count):
+        raw = torch.from_numpy(random_blocks(type_name, out_features, in_features, rng))  # [out, bytes per row]
+        layers.append(QuantizedLinear.from_packed([pack_gguf_tensors([raw], [type_name], [None])], [type_name]))
+    return layers
+
+
+def seconds_per_call(layers: list[QuantizedLinear], rows: int, in_features: int, repeats: int) -> float:
+    x = torch.randn(rows, in_features)  # [M, in]
+    for layer in layers:  # warm: page in, first-call allocations
+        layer(x)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for layer in layers:
+            layer(x)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--types", default="Q4_1,Q4_K")
+    p.add_argument("--rows", default="1,2,3,4,6,8,12,16")
+    p.add_argument("--out-features", type=int, default=14336)
+    p.add_argument("--in-features", type=int, default=4096)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--repeats", type=int, default=20)
+    args = p.parse_args()
+    rows = [int(r) for r in args.rows.split(",")]
+    print(f"{torch.get_num_threads()} threads; {args.layers} layers of [{args.out_features}, {args.in_features}]")
+    for type_name in args.types.split(","):
+        layers = layers_of(type_name, args.out_features, args.in_features, args.layers)
+        weight_bytes = sum(part.numel() for layer in layers for part in layer.parts)
+        macs = args.out_features * args.in_features * args.layers
+        seconds = {m: seconds_per_call(layers, m, args.in_features, args.repeats) for m in rows}
+        compute = max(rows) * macs / seconds[max(rows)]  # MAC/s at the largest M
+        print(f"\n{type_name}: {weight_bytes / 1e6:.0f} MB of weights")
+        print(f"{'M':>3} {'ms':>8} {'GB/s':>6} {'GMAC/s':>7} {'T(M)/T(1)':>9} {'compute-bound':>13}")
+        for m in rows:
+            bound = max(1.0, m * macs / compute / seconds[1])
+            print(f"{m:>3} {seconds[m] * 1e3:8.2f} {weight_bytes / seconds[m] / 1e9:6.1f} "
+                  f"{m * macs / seconds[m] / 1e9:7.1f} {seconds[m] / seconds[1]:9.2f} {bound:13.2f}")
+
+
+if __name__ == "__main__":
+    main()
