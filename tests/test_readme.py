@@ -130,7 +130,7 @@ def run_line(line: str, workdir: Path, monkeypatch, capsys, request) -> None:
     filters = parts  # what the output is piped into
     command = argv[0]
     argv += SMALL.get(command, [])
-    if command in ON_THE_TINY_MODEL:
+    if command in ON_THE_TINY_MODEL and "llama.cpp" not in argv:  # llama.cpp runs GGUF files: the default model
         argv += ["--model", str(request.getfixturevalue("tiny_chat_model"))]
     if command == "bench" and "--prompts" not in argv:  # of the starter set's six categories, one prompt
         argv += ["--category", "qa"]
