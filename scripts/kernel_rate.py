@@ -6,10 +6,10 @@
 Random blocks of each type (gguf_synthetic.random_blocks) packed as a GGUF layer is, several layers
 of [out, in] so that their bytes (about 150 MB) stream from memory as a model's do; each call runs the
 layers one after the other. Per M: the median seconds of a call, weight bytes per second, integer
-multiply-accumulates per second (M · out · in · layers / time), and the time over M = 1's. Two
-bounds beside it: memory (M = 1's bytes/s, the rate a pass cannot beat) and, for each M, the time
-the measured compute rate of the largest M would give — a kernel whose extra rows cost nothing
-would stay at 1.00 until compute binds.
+multiply-accumulates per second (M · out · in · layers / time), the time over M = 1's, and beside
+it the bound of a kernel that reads its weights no faster than at M = 1 and computes at the rate
+it reaches at the largest M: max(1, M · MACs / that rate / T(1)). Where the measured ratio sits near
+that bound, the rows' compute, not the weights' bytes, sets the time.
 """
 
 from __future__ import annotations

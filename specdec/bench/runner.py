@@ -86,6 +86,13 @@ def run_case(method, case: PromptCase, tokenizer, sampling: SamplingParams, max_
     return run
 
 
+def warm_up(methods: list, tokenizer, temperature: float) -> None:
+    """Every method a short generation first: first calls pay allocations, lazy imports, cost models."""
+    warm = PromptCase("warm-up", "warm-up", ("Hello",))
+    for method in methods:
+        run_case(method, warm, tokenizer, SamplingParams(temperature=temperature, seed=0), 8)
+
+
 def run_bench(cases: list[PromptCase], methods_at: dict[float, list], tokenizer, max_new_tokens: int,
               repeats: int, device: torch.device, seed: int = 0, progress=None, on_row=None) -> list[dict]:
     """Rows, one per prompt and temperature: {"case": ..., "temperature": t, "runs": {method name: MethodRun}};
@@ -94,10 +101,8 @@ def run_bench(cases: list[PromptCase], methods_at: dict[float, list], tokenizer,
     `progress(done, number, case, temperature, method_name)` is told before each run starts: the runs
     done so far, then the prompt (the `number`-th of `cases`, from 1), temperature and method to run."""
     memory = PeakMemory(device)
-    warm = PromptCase("warm-up", "warm-up", ("Hello",))
-    for temperature, methods in methods_at.items():  # first calls pay allocations, lazy imports, cost models
-        for method in methods:
-            run_case(method, warm, tokenizer, SamplingParams(temperature=temperature, seed=0), 8)
+    for temperature, methods in methods_at.items():
+        warm_up(methods, tokenizer, temperature)
     rows, done = [], 0
     # this project's methods (the baselines learn nothing), each once even if it runs at every temperature
     learners = {id(m): m for methods in methods_at.values() for m in methods if hasattr(m, "hold_learning")}.values()

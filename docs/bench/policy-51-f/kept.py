@@ -31,19 +31,13 @@ from pathlib import Path
 
 from specdec.bench.methods import SpecdecMethod
 from specdec.bench.prompts import PromptCase, load_prompts
-from specdec.bench.runner import run_case, run_order
+from specdec.bench.runner import run_case, run_order, warm_up
 from specdec.decode.engine import Engine
 from specdec.drafters import build_drafters
 from specdec.runtime import load_model
 from specdec.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0, seed=0)
-
-
-def warm_up(methods: list[SpecdecMethod], tokenizer) -> None:
-    """What `run_bench` does first: every method a short generation (allocations, lazy imports)."""
-    for method in methods:
-        run_case(method, PromptCase("warm-up", "warm-up", ("Hello",)), tokenizer, GREEDY, 8)
 
 
 def run_before(method: SpecdecMethod, cases: list[PromptCase], tokenizer, repeats: int, tokens: int) -> None:
@@ -81,7 +75,7 @@ def main() -> int:
     methods = [plain, alone, last_of]
     for method in methods[1:]:
         method.engine.costs(method.max_gamma)
-    warm_up(methods, tokenizer)
+    warm_up(methods, tokenizer, GREEDY.temperature)  # as run_bench does first
     run_before(last_of, before, tokenizer, args.bench_repeats, args.max_new_tokens)
     order = list(reversed(methods)) if args.reverse else methods
     runs: dict[str, list[dict]] = {m.name: [] for m in methods}

@@ -19,7 +19,7 @@ print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |")
 for path in sys.argv[1:]:
     d = json.load(open(path))
     runs = d["runs"]
-    alone_name, last_name = d["order"][1], [n for n in runs if n not in ("plain", "alone")][0]
+    last_name = next(n for n in runs if n not in ("plain", "alone"))
     rate = {n: [r["tokens_per_second"] for r in rs] for n, rs in runs.items()}
     alone, last = d["times_plain"]["alone"], d["times_plain"][last_name]
     paired = statistics.median(b / a for a, b in zip(rate["alone"], rate[last_name]))
