@@ -64,11 +64,15 @@ using specdec::kBlock;
 using specdec::kTile;
 
 struct Activations {  // x [M, K] quantized per row in blocks of 32
-  std::vector<int8_t> q;       // [M, K] in [-127, 127]
+  int64_t rows = 0;            // M
+  std::vector<int8_t> q;       // [K/32, M, 32] in [-127, 127]: block-major, so the R rows of a chunk
+                               // lie side by side and a kernel reaches them at fixed offsets
   std::vector<float> scale;    // [M, K/32]
   std::vector<float> sum;      // [M, K/32], sum of the block's codes (an integer, exact in float)
   std::vector<int16_t> sum16;  // [M, K/32], the same sums as integers (|X| <= 32 * 127)
   std::vector<int16_t> half;   // [M, K/16], sums of each half block's codes
+
+  const int8_t* codes(int64_t block, int64_t row) const { return q.data() + (block * rows + row) * kBlock; }
 };
 
 // Each row quantized as llama.cpp quantizes the rows its dot products take, so that the integer
@@ -130,7 +134,7 @@ inline void quantize_block(const float* v, float mul, int8_t* q, int32_t halves[
 Activations quantize_rows(const float* x, int64_t rows, int64_t k, bool super) {
   const int64_t blocks = k / kBlock;
   const int span = super ? specdec::kSuperBlocks * kBlock : kBlock;  // inputs per scale
-  Activations a{std::vector<int8_t>(rows * k), std::vector<float>(rows * blocks), std::vector<float>(rows * blocks),
+  Activations a{rows, std::vector<int8_t>(rows * k), std::vector<float>(rows * blocks), std::vector<float>(rows * blocks),
                 std::vector<int16_t>(rows * blocks), std::vector<int16_t>(rows * blocks * 2)};
   at::parallel_for(0, rows, specdec::grain_for(k), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r)
@@ -146,9 +150,8 @@ Activations quantize_rows(const float* x, int64_t rows, int64_t k, bool super) {
           d = static_cast<float>(static_cast<c10::Half>(amax / 127.f));
         }
         for (int64_t b = first / kBlock; b < (first + span) / kBlock; ++b) {
-          const int64_t at = r * k + b * kBlock;
           int32_t halves[2];
-          quantize_block(x + at, mul, a.q.data() + at, halves);
+          quantize_block(x + r * k + b * kBlock, mul, a.q.data() + (b * rows + r) * kBlock, halves);
           a.scale[r * blocks + b] = d;
           a.sum[r * blocks + b] = static_cast<float>(halves[0] + halves[1]);
           a.sum16[r * blocks + b] = static_cast<int16_t>(halves[0] + halves[1]);
@@ -198,11 +201,11 @@ inline __m512i int8_to_epi32(const uint8_t* p) {  // 16 int8 -> 16 int32
   return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-// A block's codes against R rows (row r's 32 codes at x0 + r k): the integer dots of its two halves
+// A block's codes against R rows (row r's 32 codes at x0 + 32 r): the integer dots of its two halves
 // (inputs 0..15 in dot0, 16..31 in dot1; kSplit false: both in dot0). Each weight register is used
 // by all R rows before the next is loaded (rows innermost: R independent chains in flight).
 template <class F, int R, bool kSplit>
-inline void block_dots(const uint8_t* blk, const int8_t* x0, int64_t k, __m512i* dot0, __m512i* dot1) {
+inline void block_dots(const uint8_t* blk, const int8_t* x0, __m512i* dot0, __m512i* dot1) {
   const __m512i low4 = _mm512_set1_epi8(0x0F), top2 = _mm512_set1_epi8(0x30);
   SPECDEC_UNROLL
   for (int r = 0; r < R; ++r) dot0[r] = dot1[r] = _mm512_setzero_si512();
@@ -214,7 +217,7 @@ inline void block_dots(const uint8_t* blk, const int8_t* x0, int64_t k, __m512i*
     for (int g = 0; g < 8; ++g) {
       const __m512i w = _mm512_loadu_si512(blk + g * 64);
       SPECDEC_UNROLL
-      for (int r = 0; r < R; ++r) accumulate(r, g >= 4, w, broadcast4(x0 + r * k + 4 * g));
+      for (int r = 0; r < R; ++r) accumulate(r, g >= 4, w, broadcast4(x0 + r * kBlock + 4 * g));
     }
     return;
   }
@@ -235,8 +238,8 @@ inline void block_dots(const uint8_t* blk, const int8_t* x0, int64_t k, __m512i*
     }
     SPECDEC_UNROLL
     for (int r = 0; r < R; ++r) {
-      accumulate(r, false, lo, broadcast4(x0 + r * k + 4 * j));
-      accumulate(r, true, hi, broadcast4(x0 + r * k + 16 + 4 * j));
+      accumulate(r, false, lo, broadcast4(x0 + r * kBlock + 4 * j));
+      accumulate(r, true, hi, broadcast4(x0 + r * kBlock + 16 + 4 * j));
     }
   }
 }
@@ -244,7 +247,7 @@ inline void block_dots(const uint8_t* blk, const int8_t* x0, int64_t k, __m512i*
 // Rows [row0, row0 + R) against one tile of a per-block format: out[r, n0 .. n0+16). `ahead`: a
 // later tile to prefetch while this one computes, or null.
 template <class F, int R>
-void block_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t k, int64_t row0, float* out,
+void block_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t row0, float* out,
                 int64_t n, int64_t n0, const uint8_t* ahead) {
   __m512 acc[R];
   SPECDEC_UNROLL
@@ -253,7 +256,7 @@ void block_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64
     const uint8_t* blk = block_of<F>(tile, b);
     if (ahead != nullptr && row0 == 0) prefetch_unit(block_of<F>(ahead, b), F::kBlockBytes);
     __m512i dot[R], unused[R];
-    block_dots<F, R, false>(blk, a.q.data() + row0 * k + b * kBlock, k, dot, unused);
+    block_dots<F, R, false>(blk, a.codes(b, row0), dot, unused);
     const __m512 s = half_to_ps(blk + F::kCodeBytes);
     [[maybe_unused]] __m512 c;
     if constexpr (!F::kSym) c = half_to_ps(blk + F::kCodeBytes + 32);
@@ -296,7 +299,7 @@ inline void group_codes(const uint8_t* header, const uint8_t* blk, int64_t b, __
 // Rows [row0, row0 + R) against one tile of a super-block format (see the header: integer sums per
 // super-block, then the float steps).
 template <class F, int R>
-void super_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t k, int64_t row0, float* out,
+void super_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t row0, float* out,
                 int64_t n, int64_t n0, const uint8_t* ahead) {
   constexpr bool kSplit = F::kHalves == 2;
   constexpr int kPairs = specdec::kSuperBlocks * F::kHalves / 2;  // groups of a super-block, two by two
@@ -317,7 +320,7 @@ void super_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64
       const uint8_t* blk = block_of<F>(tile, b);
       if (ahead != nullptr && row0 == 0) prefetch_unit(block_of<F>(ahead, b), F::kBlockBytes);
       __m512i dot0[R], dot1[R];
-      block_dots<F, R, kSplit>(blk, a.q.data() + row0 * k + b * kBlock, k, dot0, dot1);
+      block_dots<F, R, kSplit>(blk, a.codes(b, row0), dot0, dot1);
       __m512i sc[2], mn[2];
       group_codes<F>(header, blk, b, sc, mn);
       SPECDEC_UNROLL
@@ -360,8 +363,13 @@ inline __m256i broadcast4(const void* p) {
   std::memcpy(&v, p, 4);
   return _mm256_set1_epi32(v);
 }
-inline __m256i dot4(__m256i w, __m256i x, __m256i ones) {  // per 32-bit lane: 4 products u8 * s8, summed
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), ones);
+// An empty asm the compiler cannot see through: a running sum is formed step by step where it is
+// written, in a register. Without it GCC reassociates a block's sums into one chain at the block's
+// end, which keeps every product live at once and spills them to the stack.
+inline void pin(__m256i& sum) { asm("" : "+x"(sum)); }
+// Per 32-bit lane: 4 products u8 * s8, the two pairs' sums each times the lane's int16 `weight`, summed.
+inline __m256i dot4(__m256i w, __m256i x, __m256i weight) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), weight);
 }
 inline __m256i int8_to_epi32(const uint8_t* p) {  // 8 int8 -> 8 int32
   return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
@@ -370,16 +378,20 @@ inline __m256 half_to_ps(const uint8_t* p) {  // 8 float16 -> 8 float
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-// As the AVX-512 version, for the outputs 8 side .. 8 side + 7 of the tile. Pairs of u8 * s8
-// products stay within int16: codes are at most 63, and 8-bit codes are split into two nibbles.
+// As the AVX-512 version, for the outputs 8 side .. 8 side + 7 of the tile, each half block's dot
+// times an int16 weight per output (`weight0`, `weight1`: 1, or a K-quant group's scale code, so
+// that dot0 = sc * I, exact in int32, in the widening step itself). Pairs of u8 * s8 products stay
+// within int16: codes are at most 63, and 8-bit codes are split into two nibbles.
 template <class F, int R, bool kSplit>
-inline void block_dots(const uint8_t* blk, int side, const int8_t* x0, int64_t k, __m256i* dot0, __m256i* dot1) {
-  const __m256i low4 = _mm256_set1_epi8(0x0F), top2 = _mm256_set1_epi8(0x30), ones = _mm256_set1_epi16(1);
+inline void block_dots(const uint8_t* blk, int side, const int8_t* x0, __m256i weight0, __m256i weight1, __m256i* dot0,
+                       __m256i* dot1) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F), top2 = _mm256_set1_epi8(0x30);
   SPECDEC_UNROLL
   for (int r = 0; r < R; ++r) dot0[r] = dot1[r] = _mm256_setzero_si256();
   const auto accumulate = [&](int r, bool second, __m256i products) {
-    if (kSplit && second) dot1[r] = _mm256_add_epi32(dot1[r], products);
-    else dot0[r] = _mm256_add_epi32(dot0[r], products);
+    __m256i& sum = kSplit && second ? dot1[r] : dot0[r];
+    sum = _mm256_add_epi32(sum, products);
+    pin(sum);
   };
   if constexpr (F::kBits == 8) {  // u = 16 h + l: two products of codes <= 15 (maddubs would saturate at 255)
     for (int g = 0; g < 8; ++g) {
@@ -388,8 +400,9 @@ inline void block_dots(const uint8_t* blk, int side, const int8_t* x0, int64_t k
       const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), low4);
       SPECDEC_UNROLL
       for (int r = 0; r < R; ++r) {
-        const __m256i x = broadcast4(x0 + r * k + 4 * g);
-        accumulate(r, g >= 4, _mm256_add_epi32(_mm256_slli_epi32(dot4(hi, x, ones), 4), dot4(lo, x, ones)));
+        const __m256i x = broadcast4(x0 + r * kBlock + 4 * g);
+        const __m256i weight = g >= 4 ? weight1 : weight0;
+        accumulate(r, g >= 4, _mm256_add_epi32(_mm256_slli_epi32(dot4(hi, x, weight), 4), dot4(lo, x, weight)));
       }
     }
     return;
@@ -421,33 +434,37 @@ inline void block_dots(const uint8_t* blk, int side, const int8_t* x0, int64_t k
     }
     SPECDEC_UNROLL
     for (int r = 0; r < R; ++r) {
-      const __m256i low_pairs = _mm256_maddubs_epi16(lo, broadcast4(x0 + r * k + 4 * j));
-      const __m256i high_pairs = _mm256_maddubs_epi16(hi, broadcast4(x0 + r * k + 16 + 4 * j));
+      const __m256i low_pairs = _mm256_maddubs_epi16(lo, broadcast4(x0 + r * kBlock + 4 * j));
+      const __m256i high_pairs = _mm256_maddubs_epi16(hi, broadcast4(x0 + r * kBlock + 16 + 4 * j));
       if constexpr (kNarrowSum && kSplit) {
         pending0[r] = _mm256_add_epi16(pending0[r], low_pairs);
         pending1[r] = _mm256_add_epi16(pending1[r], high_pairs);
+        pin(pending0[r]);
+        pin(pending1[r]);
       } else if constexpr (kNarrowSum) {
         pending0[r] = _mm256_add_epi16(pending0[r], _mm256_add_epi16(low_pairs, high_pairs));
+        pin(pending0[r]);
       } else if constexpr (!kSplit) {
-        accumulate(r, false, _mm256_madd_epi16(_mm256_add_epi16(low_pairs, high_pairs), ones));
+        accumulate(r, false, _mm256_madd_epi16(_mm256_add_epi16(low_pairs, high_pairs), weight0));
       } else {
-        accumulate(r, false, _mm256_madd_epi16(low_pairs, ones));
-        accumulate(r, true, _mm256_madd_epi16(high_pairs, ones));
+        accumulate(r, false, _mm256_madd_epi16(low_pairs, weight0));
+        accumulate(r, true, _mm256_madd_epi16(high_pairs, weight1));
       }
     }
   }
   if constexpr (kNarrowSum) {
     SPECDEC_UNROLL
     for (int r = 0; r < R; ++r) {
-      dot0[r] = _mm256_madd_epi16(pending0[r], ones);
-      if constexpr (kSplit) dot1[r] = _mm256_madd_epi16(pending1[r], ones);
+      dot0[r] = _mm256_madd_epi16(pending0[r], weight0);
+      if constexpr (kSplit) dot1[r] = _mm256_madd_epi16(pending1[r], weight1);
     }
   }
 }
 
 template <class F, int R>
-void block_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t k, int64_t row0, float* out,
+void block_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t row0, float* out,
                 int64_t n, int64_t n0, const uint8_t* ahead) {
+  const __m256i ones = _mm256_set1_epi16(1);
   for (int side = 0; side < 2; ++side) {  // outputs n0 + 8 * side .. + 8
     __m256 acc[R];
     SPECDEC_UNROLL
@@ -456,7 +473,7 @@ void block_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64
       const uint8_t* blk = block_of<F>(tile, b);
       if (ahead != nullptr && row0 == 0 && side == 0) prefetch_unit(block_of<F>(ahead, b), F::kBlockBytes);
       __m256i dot[R], unused[R];
-      block_dots<F, R, false>(blk, side, a.q.data() + row0 * k + b * kBlock, k, dot, unused);
+      block_dots<F, R, false>(blk, side, a.codes(b, row0), ones, ones, dot, unused);
       const __m256 s = half_to_ps(blk + F::kCodeBytes + 16 * side);
       [[maybe_unused]] __m256 c;
       if constexpr (!F::kSym) c = half_to_ps(blk + F::kCodeBytes + 32 + 16 * side);
@@ -478,6 +495,11 @@ void block_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64
   }
 }
 
+// Per 32-bit lane, int32 codes (|v| < 2^15) low and high -> the int16 pair (low, high) for `madd`.
+inline __m256i int16_pairs(__m256i low, __m256i high) {
+  return _mm256_or_si256(_mm256_and_si256(low, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(high, 16));
+}
+
 template <class F>
 inline void group_codes(const uint8_t* header, const uint8_t* blk, int64_t b, int side, __m256i* sc, __m256i* mn) {
   if constexpr (F::kHeaderScales) {
@@ -496,13 +518,12 @@ inline void group_codes(const uint8_t* header, const uint8_t* blk, int64_t b, in
 }
 
 template <class F, int R>
-void super_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t k, int64_t row0, float* out,
+void super_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t row0, float* out,
                 int64_t n, int64_t n0, const uint8_t* ahead) {
   constexpr bool kSplit = F::kHalves == 2;
   constexpr int kPairs = specdec::kSuperBlocks * F::kHalves / 2;
   const int16_t* group_sums = kSplit ? a.half.data() : a.sum16.data();
   const int64_t groups = blocks * F::kHalves;
-  const __m256i low16 = _mm256_set1_epi32(0xFFFF);
   for (int side = 0; side < 2; ++side) {
     __m256 acc[R];
     SPECDEC_UNROLL
@@ -518,19 +539,20 @@ void super_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64
       for (int64_t b = first; b < first + specdec::kSuperBlocks; ++b) {
         const uint8_t* blk = block_of<F>(tile, b);
         if (ahead != nullptr && row0 == 0 && side == 0) prefetch_unit(block_of<F>(ahead, b), F::kBlockBytes);
-        __m256i dot0[R], dot1[R];
-        block_dots<F, R, kSplit>(blk, side, a.q.data() + row0 * k + b * kBlock, k, dot0, dot1);
         __m256i sc[2], mn[2];
         group_codes<F>(header, blk, b, side, sc, mn);
+        __m256i dot0[R], dot1[R];  // sc * I of the block's groups
+        block_dots<F, R, kSplit>(blk, side, a.codes(b, row0), int16_pairs(sc[0], sc[0]), int16_pairs(sc[1], sc[1]),
+                                 dot0, dot1);
         SPECDEC_UNROLL
         for (int r = 0; r < R; ++r) {
-          isum[r] = _mm256_add_epi32(isum[r], _mm256_mullo_epi32(dot0[r], sc[0]));
-          if constexpr (kSplit) isum[r] = _mm256_add_epi32(isum[r], _mm256_mullo_epi32(dot1[r], sc[1]));
+          isum[r] = _mm256_add_epi32(isum[r], dot0[r]);
+          if constexpr (kSplit) isum[r] = _mm256_add_epi32(isum[r], dot1[r]);
         }
         const int64_t i = b - first;
-        if constexpr (kSplit) pairs[i] = _mm256_or_si256(_mm256_and_si256(mn[0], low16), _mm256_slli_epi32(mn[1], 16));
+        if constexpr (kSplit) pairs[i] = int16_pairs(mn[0], mn[1]);
         else if (i % 2 == 0) even = mn[0];
-        else pairs[i / 2] = _mm256_or_si256(_mm256_and_si256(even, low16), _mm256_slli_epi32(mn[0], 16));
+        else pairs[i / 2] = int16_pairs(even, mn[0]);
       }
       const __m256 d = half_to_ps(header + 16 * side);
       [[maybe_unused]] __m256 m;
@@ -567,7 +589,7 @@ inline void scalar_block_dots(const uint8_t* blk, int lane, const int8_t* xb, in
 }
 
 template <class F, int R>
-void block_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t k, int64_t row0, float* out,
+void block_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t row0, float* out,
                 int64_t n, int64_t n0, const uint8_t* ahead) {
   (void)ahead;  // no prefetching in the portable path
   for (int r = 0; r < R; ++r)
@@ -576,7 +598,7 @@ void block_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64
       for (int64_t b = 0; b < blocks; ++b) {
         const uint8_t* blk = block_of<F>(tile, b);
         int32_t dot[2];
-        scalar_block_dots<F>(blk, lane, a.q.data() + (row0 + r) * k + b * kBlock, dot);
+        scalar_block_dots<F>(blk, lane, a.codes(b, row0 + r), dot);
         float s[2], c[2];
         specdec::affine_params<F>(tile, b, lane, s, c);
         const int64_t at = (row0 + r) * blocks + b;
@@ -590,7 +612,7 @@ void block_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64
 }
 
 template <class F, int R>
-void super_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t k, int64_t row0, float* out,
+void super_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t row0, float* out,
                 int64_t n, int64_t n0, const uint8_t* ahead) {
   (void)ahead;
   for (int r = 0; r < R; ++r)
@@ -602,7 +624,7 @@ void super_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64
         float d = 0.f, m = 0.f;
         for (int64_t b = first; b < first + specdec::kSuperBlocks; ++b) {
           int32_t dot[2];
-          scalar_block_dots<F>(block_of<F>(tile, b), lane, a.q.data() + row * k + b * kBlock, dot);
+          scalar_block_dots<F>(block_of<F>(tile, b), lane, a.codes(b, row), dot);
           int sc[2], mn[2];
           specdec::super_params<F>(tile, b, lane, sc, mn, d, m);
           const int* offsets = F::kSym ? sc : mn;  // symmetric: sum of sc * X, taken Z times
@@ -628,21 +650,21 @@ constexpr int kRowChunk = 1;
 // Rows [first, end) against one tile: chunks of R rows, then the rest in chunks of R/2, R/4, ...
 // (the per-row arithmetic is the same in every chunk).
 template <class F, int R = kRowChunk>
-void tile_all_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t k, int64_t first, int64_t end,
+void tile_all_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t first, int64_t end,
                    float* out, int64_t n, int64_t n0, const uint8_t* ahead) {
   int64_t r = first;
   for (; r + R <= end; r += R) {
-    if constexpr (F::kSuper) super_rows<F, R>(tile, blocks, a, k, r, out, n, n0, ahead);
-    else block_rows<F, R>(tile, blocks, a, k, r, out, n, n0, ahead);
+    if constexpr (F::kSuper) super_rows<F, R>(tile, blocks, a, r, out, n, n0, ahead);
+    else block_rows<F, R>(tile, blocks, a, r, out, n, n0, ahead);
   }
   if constexpr (R > 1) {
-    if (r < end) tile_all_rows<F, R / 2>(tile, blocks, a, k, r, end, out, n, n0, ahead);
+    if (r < end) tile_all_rows<F, R / 2>(tile, blocks, a, r, end, out, n, n0, ahead);
   }
 }
 
 // Outputs [col0, col0 + 16 tiles) of out [rows, n].
 template <class F>
-void multiply_all(const Activations& a, const uint8_t* pw, int64_t rows, int64_t k, int64_t tiles, int64_t blocks,
+void multiply_all(const Activations& a, const uint8_t* pw, int64_t rows, int64_t tiles, int64_t blocks,
                   int64_t tile_bytes, float* po, int64_t n, int64_t col0) {
   constexpr int64_t kPrefetchTiles = 2;  // how far ahead the weights are fetched (measured best here)
   // a tile's work: its weight bytes, once per row
@@ -650,7 +672,7 @@ void multiply_all(const Activations& a, const uint8_t* pw, int64_t rows, int64_t
     for (int64_t t = begin; t < end; ++t) {
       const uint8_t* tile = pw + t * tile_bytes;
       const uint8_t* ahead = t + kPrefetchTiles < end ? tile + kPrefetchTiles * tile_bytes : nullptr;
-      tile_all_rows<F>(tile, blocks, a, k, 0, rows, po, n, col0 + t * kTile, ahead);
+      tile_all_rows<F>(tile, blocks, a, 0, rows, po, n, col0 + t * kTile, ahead);
     }
   });
 }
@@ -692,7 +714,7 @@ torch::Tensor quant_linear(torch::Tensor x, const std::vector<torch::Tensor>& pa
     const uint8_t* pw = part.data_ptr<uint8_t>();
     specdec::dispatch_format(format, [&](auto tag) {
       using F = typename decltype(tag)::type;
-      multiply_all<F>(a, pw, rows, k, tiles, blocks, tile_bytes, po, n, col0);
+      multiply_all<F>(a, pw, rows, tiles, blocks, tile_bytes, po, n, col0);
     });
     col0 += tiles * kTile;
   }
