@@ -647,18 +647,31 @@ void super_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64
 constexpr int kRowChunk = 1;
 #endif
 
-// Rows [first, end) against one tile: chunks of R rows, then the rest in chunks of R/2, R/4, ...
-// (the per-row arithmetic is the same in every chunk).
-template <class F, int R = kRowChunk>
-void tile_all_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t first, int64_t end,
-                   float* out, int64_t n, int64_t n0, const uint8_t* ahead) {
-  int64_t r = first;
-  for (; r + R <= end; r += R) {
-    if constexpr (F::kSuper) super_rows<F, R>(tile, blocks, a, r, out, n, n0, ahead);
-    else block_rows<F, R>(tile, blocks, a, r, out, n, n0, ahead);
+// Rows [row0, row0 + size) against one tile, 1 <= size <= R: the kernel unrolled for that many rows.
+template <class F, int R>
+void tile_rows(int size, const uint8_t* tile, int64_t blocks, const Activations& a, int64_t row0, float* out,
+               int64_t n, int64_t n0, const uint8_t* ahead) {
+  if (size == R) {
+    if constexpr (F::kSuper) super_rows<F, R>(tile, blocks, a, row0, out, n, n0, ahead);
+    else block_rows<F, R>(tile, blocks, a, row0, out, n, n0, ahead);
+  } else if constexpr (R > 1) {
+    tile_rows<F, R - 1>(size, tile, blocks, a, row0, out, n, n0, ahead);
   }
-  if constexpr (R > 1) {
-    if (r < end) tile_all_rows<F, R / 2>(tile, blocks, a, r, end, out, n, n0, ahead);
+}
+
+// All rows against one tile, in as few chunks of at most kRowChunk rows as there can be, their sizes
+// within one of each other (5 rows on AVX2: 3 + 2, not 4 + 1: a chunk unpacks the tile's weights
+// once for its rows, and a lone row would pay for it alone). The per-row arithmetic is the same in
+// every chunk.
+template <class F>
+void tile_all_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t rows, float* out, int64_t n,
+                   int64_t n0, const uint8_t* ahead) {
+  const int64_t chunks = (rows + kRowChunk - 1) / kRowChunk;
+  int64_t row0 = 0;
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int size = static_cast<int>(rows / chunks + (c < rows % chunks));
+    tile_rows<F, kRowChunk>(size, tile, blocks, a, row0, out, n, n0, ahead);
+    row0 += size;
   }
 }
 
@@ -672,7 +685,7 @@ void multiply_all(const Activations& a, const uint8_t* pw, int64_t rows, int64_t
     for (int64_t t = begin; t < end; ++t) {
       const uint8_t* tile = pw + t * tile_bytes;
       const uint8_t* ahead = t + kPrefetchTiles < end ? tile + kPrefetchTiles * tile_bytes : nullptr;
-      tile_all_rows<F>(tile, blocks, a, 0, rows, po, n, col0 + t * kTile, ahead);
+      tile_all_rows<F>(tile, blocks, a, rows, po, n, col0 + t * kTile, ahead);
     }
   });
 }
