@@ -13,7 +13,8 @@ import os
 import sys
 
 from specdec.errors import SpecdecError
-from specdec.options import add_json_arg, add_model_args, add_target_args, generation_config, load_engine, prepare_costs
+from specdec.options import (add_json_arg, add_model_args, add_target_args, apply_threads, generation_config, load_engine,
+                             prepare_costs)
 from specdec.terminal import figures_table, past_the_end, plural, table_title
 
 KIND_STYLES = {"accepted": "green", "corrected": "yellow", "bonus": "cyan", "target": ""}
@@ -427,6 +428,8 @@ def main(argv: list[str] | None = None) -> int:
             os.environ["SPECDEC_KERNELS"] = "off"  # read by runtime/kernels when the kernels are first asked for
         if getattr(args, "json", False):  # standard output holds only the JSON line
             console = errors
+        if hasattr(args, "threads"):  # a command that runs a model: before anything is loaded
+            apply_threads(args.threads, warn=lambda text: errors.print(f"specdec: warning: {text}", markup=False))
         return COMMANDS[args.command](args, console)
     except UsageError as err:
         errors.print(f"{err.prog}: error: {err}  (see {err.prog} --help)", markup=False, highlight=False)

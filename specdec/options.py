@@ -8,6 +8,7 @@ with a message on the console (the console goes to standard error under `--json`
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import replace
 
 from specdec.drafter_kinds import check_drafter_spec, drafter_help
@@ -47,6 +48,36 @@ def add_load_args(p: argparse.ArgumentParser) -> None:
                         "stays float; the others quantize or dequantize at load)")
     add_kv_cache_arg(p)
     add_no_compile_arg(p)
+    add_threads_arg(p)
+
+
+def cores_available() -> int:
+    """The CPU cores this process may run on (its affinity: a container's or `taskset`'s share)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity on this platform
+        return os.cpu_count() or 1
+
+
+def add_threads_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--threads", type=whole_number, default=None,
+                   help="CPU threads for the model's passes (specdec's kernels and PyTorch's) and for llama.cpp beside "
+                        f"them (default: the cores this process may use, {cores_available()} here)")
+
+
+def apply_threads(threads: int | None, warn=None) -> int:
+    """Run the passes on `threads` threads (None: every core this process may use); returns the count.
+    More threads than cores is allowed, and said: they wait for each other at the end of every loop,
+    which makes a pass several times slower (`warn(message)`)."""
+    import torch
+
+    cores = cores_available()
+    count = threads or cores
+    if count > cores and warn is not None:
+        warn(f"--threads {count} is more than the {cores} cores this process may use: the threads will wait for "
+             "each other, and every pass will be slower")
+    torch.set_num_threads(count)
+    return count
 
 
 def add_kv_cache_arg(p: argparse.ArgumentParser) -> None:

@@ -515,3 +515,79 @@ def test_the_methods_take_turns_at_running_first(tmp_path, tiny_folder, monkeypa
     reversed_each_repeat = bench()
     assert reversed_each_repeat != expected
     assert any(a == b for a, b in zip(reversed_each_repeat, reversed_each_repeat[1:]))  # suffix, suffix
+
+
+@pytest.fixture
+def stand_ins_importable(monkeypatch):
+    """The baseline processes can import tests/baseline_standins.py."""
+    import os
+    from pathlib import Path
+
+    here = str(Path(__file__).resolve().parent)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p))
+
+
+@pytest.mark.parametrize("die_at_call", [0, 3])
+def test_a_baseline_that_kills_its_process_leaves_the_other_methods_rows_intact(tiny_target, stand_ins_importable,
+                                                                              die_at_call):
+    """A baseline runs in a process of its own: when it kills that process (SIGILL, as llama.cpp's
+    AMX path did) at its third call (warm-up, then prompt 1's two repeats), both its methods leave
+    every row, prompt 1's too, `failures` says how the process ended, and plain runs on. Control
+    (die_at_call 0): the stand-ins answer in every row, their tokens as sent back, their time and
+    memory measured in their own process."""
+    from specdec.bench.child import BaselineProcess
+    from specdec.bench.methods import SpecdecMethod
+    from specdec.bench.runner import run_bench
+    from specdec.decode.engine import Engine
+
+    process = BaselineProcess("baseline_standins:stand_ins", {"die_at_call": die_at_call}, threads=1)
+    try:
+        methods = [*process.methods, SpecdecMethod("plain", Engine(tiny_target), 1)]
+        cases = [PromptCase("1", "qa", ("t5 t9 t12",)), PromptCase("2", "qa", ("t7 t8",))]
+        failures: dict[str, str] = {}
+        rows = run_bench(cases, {0.0: methods}, tiny_target.tokenizer, 5, 2, torch.device("cpu"), failures=failures)
+    finally:
+        process.close()
+    assert len(rows) == 2 and all("plain" in row["runs"] for row in rows)
+    if die_at_call:
+        assert all(set(row["runs"]) == {"plain"} for row in rows)
+        assert set(failures) == {"hf-generate", "hf-lookup"}
+        assert failures["hf-generate"].startswith("prompt 1 (1): its process ended while generating")
+        assert "killed by SIGILL" in failures["hf-generate"] and "had ended (killed by SIGILL" in failures["hf-lookup"]
+    else:
+        assert failures == {} and all(set(row["runs"]) == {"hf-generate", "hf-lookup", "plain"} for row in rows)
+        for row in rows:
+            run = row["runs"]["hf-generate"]
+            assert len(set(run.token_ids)) == 1 and len(run.token_ids) == 5  # the prompt's last token, repeated
+            assert all(0 < s < 5 for s in run.seconds) and run.peak_memory_bytes > 0
+
+
+def test_a_bench_whose_baseline_dies_at_once_still_writes_its_report(tmp_path, tiny_folder, capsys, monkeypatch,
+                                                                    stand_ins_importable):
+    """The transformers baselines' process dies at its first call: `specdec bench` exits 0 with its
+    own methods' rows, report and results, and the report says which baselines failed and how. A
+    baseline that cannot even start is one line too. Control: the same bench with baselines that
+    answer has their rows (the first test of this file covers the real ones)."""
+    import specdec.bench.command
+
+    prompts = spec_bench_file(tmp_path / "p.jsonl", [{"question_id": 1, "category": "qa", "turns": ["t5 t9 t12 t5 t9"]}])
+    for factory, expected in (("dying_at_first_call", {"plain", "ngram"}),
+                              ("failing_to_start", {"plain", "ngram"}),
+                              ("stand_ins", {"plain", "ngram", "hf-generate", "hf-lookup"})):
+        monkeypatch.setattr(specdec.bench.command, "TRANSFORMERS_BASELINES", f"baseline_standins:{factory}")
+        out = tmp_path / factory
+        code = main(["bench", "--model", str(tiny_folder), "--prompts", str(prompts), "--drafter", "ngram",
+                     "--max-new-tokens", "4", "--out-dir", str(out)])
+        err = capsys.readouterr().err
+        assert code == 0, err
+        rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+        assert set(rows[0]["methods"]) == expected
+        report = (out / "report.md").read_text()
+        if factory == "dying_at_first_call":
+            assert "- failed: hf-generate: warming up: its process ended while generating" in report
+            assert "killed by SIGILL" in report and "- failed: hf-lookup: " in report
+        elif factory == "failing_to_start":
+            assert "- failed: transformers: failed while starting: RuntimeError: no such model file" in report
+            assert "the bench goes on without it" in err
+        else:
+            assert "failed:" not in report

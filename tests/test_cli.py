@@ -311,3 +311,37 @@ def test_one_name_per_option_with_the_old_names_kept(capsys, command, main_name,
     with pytest.raises(SystemExit):
         main([*command[:1], "--help"])
     assert f"  {main_name} " in capsys.readouterr().out
+
+
+@pytest.fixture
+def torch_threads():
+    """The test may change torch's thread count: it is put back after."""
+    import torch
+
+    before = torch.get_num_threads()
+    yield torch
+    torch.set_num_threads(before)
+
+
+def test_threads_are_set_before_the_model_loads_and_counted_from_the_cores_this_process_may_use(
+        capsys, tiny_folder, torch_threads, monkeypatch):
+    """`--threads N` sets the passes' threads for every model command; without it, the cores of this
+    process's affinity (a container's share), not the machine's count. More threads than cores runs,
+    with a warning; 0 is refused. Control: the count seen by the command is the one asked for."""
+    import specdec.options
+    from specdec.cli import build_parser
+
+    for command in (["generate", "hi"], ["chat"], ["costs"], ["bench"], ["serve"], ["explain", "hi"],
+                    ["train", "eagle3", "--data", "d", "--out", "o"]):
+        assert build_parser().parse_args([*command, "--threads", "3"]).threads == 3, command
+    code, _, err = run(capsys, "generate", "hi", "--threads", "0")
+    assert code == 2 and "argument --threads: takes a whole number >= 1, got '0'" in err
+
+    seen = []
+    monkeypatch.setattr(specdec.options, "cores_available", lambda: 1)
+    for threads, expected, warned in ((["--threads", "1"], 1, False), ([], 1, False), (["--threads", "2"], 2, True)):
+        result, err = run_json(capsys, "generate", "t5 t9", "--model", str(tiny_folder), "--raw", "--drafter", "none",
+                               "--max-new-tokens", "2", *threads)
+        seen.append(torch_threads.get_num_threads())
+        assert ("more than the 1 cores this process may use" in err) == warned, err
+    assert seen == [1, 1, 2]

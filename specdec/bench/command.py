@@ -144,8 +144,17 @@ def _check_out(out: Path, force: bool) -> None:
                            "overwrite it, or choose another --out")
 
 
-def build_methods(args, target, console) -> dict[float, list]:
-    from specdec.bench.methods import SpecdecMethod, TransformersMethod, load_transformers_model
+TRANSFORMERS_BASELINES = "specdec.bench.methods:transformers_baselines"  # child.py factories
+LLAMA_CPP_BASELINE = "specdec.bench.methods:llama_cpp_baseline"
+
+
+def build_methods(args, target, console, failures: dict[str, str]) -> dict[float, list]:
+    """This project's methods, and the baselines, each started in a process of its own (child.py);
+    a baseline that cannot start is a line in `failures` (name → what happened), not the bench's end."""
+    import torch
+
+    from specdec.bench.methods import SpecdecMethod
+    from specdec.bench.metrics import LLAMA_CPP
     from specdec.drafters import build_drafters
     from specdec.decode.engine import Engine
     from specdec.runtime import load_model
@@ -169,29 +178,34 @@ def build_methods(args, target, console) -> dict[float, list]:
                 method.engine.costs(method.max_gamma)
     theirs = []
     if not args.no_transformers:
-        with console.status("loading the transformers baselines"):
-            model = load_transformers_model(float_weights_folder(target), args.device, args.dtype)
-            lookup = next((g for g in args.gamma if g != "auto"), 4)
-            theirs = [TransformersMethod("hf-generate", model, target.eos_token_ids, ignore_eos=args.ignore_eos),
-                      TransformersMethod("hf-lookup", model, target.eos_token_ids, lookup_tokens=lookup,
-                                         ignore_eos=args.ignore_eos)]
-            if args.assistant:
-                assistant = load_model(args.assistant, device=args.device)
-                theirs.append(TransformersMethod("hf-assisted", model, target.eos_token_ids, ignore_eos=args.ignore_eos,
-                                                 assistant=load_transformers_model(float_weights_folder(assistant),
-                                                                                   args.device, args.dtype)))
+        assistant = None
+        if args.assistant:
+            assistant = str(float_weights_folder(load_model(args.assistant, device=args.device)))
+        kwargs = dict(folder=str(float_weights_folder(target)), eos_token_ids=target.eos_token_ids,
+                      lookup_tokens=next((g for g in args.gamma if g != "auto"), 4), ignore_eos=args.ignore_eos,
+                      device=args.device, dtype=args.dtype, assistant_folder=assistant)
+        with console.status("starting the transformers baselines (in a process of their own)"):
+            theirs += _start_baselines("transformers", TRANSFORMERS_BASELINES, kwargs, failures, console)
     if "llama.cpp" in args.baseline:
-        theirs.append(_llama_cpp_method(args, target))
+        kwargs = dict(gguf_path=str(args.llama_cpp_gguf), eos_token_ids=target.eos_token_ids,
+                      threads=torch.get_num_threads(), ignore_eos=args.ignore_eos)
+        with console.status("starting llama.cpp (in a process of its own)"):
+            theirs += _start_baselines(LLAMA_CPP, LLAMA_CPP_BASELINE, kwargs, failures, console)
     return {t: theirs + ours for t in args.temperature}
 
 
-def _llama_cpp_method(args, target):
+def _start_baselines(what: str, factory: str, kwargs: dict, failures: dict[str, str], console) -> list:
+    """The methods of a baseline process, or none and a line in `failures` if it cannot start."""
     import torch
 
-    from specdec.bench.methods import LlamaCppMethod
+    from specdec.bench.child import BaselineFailed, BaselineProcess
 
-    return LlamaCppMethod(args.llama_cpp_gguf, target.eos_token_ids, threads=torch.get_num_threads(),
-                          ignore_eos=args.ignore_eos)
+    try:
+        return BaselineProcess(factory, kwargs, threads=torch.get_num_threads()).methods
+    except BaselineFailed as err:
+        failures[what] = str(err)
+        console.print(f"[yellow]{what}: {err}; the bench goes on without it[/]", highlight=False)
+        return []
 
 
 def _llama_cpp_gguf(args):
@@ -234,11 +248,12 @@ def run(args, console) -> int:
         cases = [c for case in cases for c in (case, replace(case, id=f"{case.id} (again)"))]
     endpoints = connect_endpoints(args) if args.endpoint else []  # before loading anything: fail fast
     target = None
+    failures: dict[str, str] = {}  # baselines that failed: name → what happened (their rows are left out)
     if args.local:
         with console.status(f"loading {args.model}"):
             target = load_model(args.model, device=args.device, dtype=args.dtype, runtime=args.runtime,
                                 weights=args.weights, kv_cache=args.kv_cache)
-        methods_at = build_methods(args, target, console)
+        methods_at = build_methods(args, target, console, failures)
     else:
         methods_at = {t: [] for t in args.temperature}
     clash = sorted({e.name for e in endpoints} & {m.name for methods in methods_at.values() for m in methods})
@@ -271,13 +286,14 @@ def run(args, console) -> int:
                     f"prompt {number} of {len(cases)} ({case.id}, {case.category}): {method}{at}"))
 
             rows = run_bench(cases, methods_at, target.tokenizer if target else None, args.max_new_tokens, args.repeats,
-                             device, seed=args.seed, progress=show, on_row=keep)
+                             device, seed=args.seed, progress=show, on_row=keep, failures=failures)
     except KeyboardInterrupt:
         console.print(f"stopped: the prompts finished so far are in {partial}")
         raise
     finally:
-        for endpoint in endpoints:
-            endpoint.close()
+        for method in {id(m): m for ms in methods_at.values() for m in ms}.values():
+            if hasattr(method, "close"):  # endpoints and baseline processes
+                method.close()
     costs = {m.name: m.engine.cost_model for ms in methods_at.values() for m in ms if getattr(m, "engine", None)}
     summary = summarize(rows, costs)
     header = {
@@ -291,6 +307,7 @@ def run(args, console) -> int:
         "settings": f"max_new_tokens {args.max_new_tokens}, repeats {args.repeats}, temperatures {args.temperature}"
                     + (f", seed {args.seed}" if any(args.temperature) else ""),
         "peak memory": PeakMemory(device).description if target else "not measured (endpoints only)",
+        **{f"failed: {name}": f"{what}; its rows are left out" for name, what in failures.items()},
     }
     files = write_report(rows, summary, header, args.out_dir, targets=args.targets)
     partial.unlink()  # all of it is in results.jsonl now

@@ -5,7 +5,9 @@ Every method turns prompt ids into new token ids under the same sampling setting
 times it. Transformers methods run the very same float32 weights (the folder the model was loaded
 or converted from), so differences are the decoding code's, not the model's. llama.cpp
 (`--baseline llama.cpp`, through llama-cpp-python) runs the GGUF file itself, with its own
-kernels and numerics, on as many threads as torch uses.
+kernels and numerics, on as many threads as torch uses. Both baselines are built in a process of
+their own (`transformers_baselines`, `llama_cpp_baseline`: child.py's factories), so that their
+crash is theirs alone.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ class Output:
     text: str | None = None  # an endpoint's answer (the runner decodes the other methods' ids)
     new_tokens: int | None = None  # an endpoint's count; None: len(token_ids)
     first_token_seconds: float | None = None  # an endpoint's: request sent → first text
+    seconds: float | None = None  # a baseline's, timed in its own process; None: the runner times the call
+    peak_memory_bytes: int | None = None  # a baseline's, in its own process; None: the runner measures ours
 
 
 @dataclass
@@ -89,6 +93,18 @@ class TransformersMethod:
         return Output(out[0, len(prompt_ids):].tolist())  # the end-of-sequence token kept, as our engine does
 
 
+def transformers_baselines(folder: str, eos_token_ids: list[int], lookup_tokens: int, ignore_eos: bool,
+                           device: str = "cpu", dtype: str = "float32", assistant_folder: str | None = None) -> list:
+    """hf-generate, hf-lookup and, with an assistant, hf-assisted, sharing one model (a child.py factory)."""
+    model = load_transformers_model(folder, device, dtype)
+    methods = [TransformersMethod("hf-generate", model, eos_token_ids, ignore_eos=ignore_eos),
+               TransformersMethod("hf-lookup", model, eos_token_ids, lookup_tokens=lookup_tokens, ignore_eos=ignore_eos)]
+    if assistant_folder is not None:
+        methods.append(TransformersMethod("hf-assisted", model, eos_token_ids, ignore_eos=ignore_eos,
+                                          assistant=load_transformers_model(assistant_folder, device, dtype)))
+    return methods
+
+
 def load_transformers_model(folder, device: str = "cpu", dtype: str = "float32"):
     from transformers import AutoModelForCausalLM
 
@@ -99,6 +115,11 @@ def load_transformers_model(folder, device: str = "cpu", dtype: str = "float32")
 
 LLAMA_CPP_INSTALL = ("pip install llama-cpp-python (a source build of about 10 minutes), "
                      "or pip install -e '.[llamacpp]' in this repository")
+
+
+def llama_cpp_baseline(gguf_path: str, eos_token_ids: list[int], threads: int, ignore_eos: bool) -> list:
+    """llama.cpp's plain decoding of the file (a child.py factory)."""
+    return [LlamaCppMethod(gguf_path, eos_token_ids, threads=threads, ignore_eos=ignore_eos)]
 
 
 class LlamaCppMethod:

@@ -15,6 +15,8 @@ and temperature of a prompt drafts from the same memory (the answers to the prom
 repeats repeat and the sampled runs do not draft from the greedy answer (`--ask-twice` measures a
 repeated request on purpose). An endpoint (a server,
 endpoint.py) is given the chat messages, not token ids: its server applies its own chat template.
+A baseline runs in a process of its own (child.py); if it fails, its rows are left out of every
+prompt, the others go on, and `failures` says what happened.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from specdec.bench.child import BaselineFailed
 from specdec.bench.memory import PeakMemory
 from specdec.bench.prompts import PromptCase
 from specdec.sampling import SamplingParams
@@ -55,9 +58,10 @@ class CaseRun:
     token_ids: list[int]  # an endpoint's: [] (its tokens are counted, not seen)
     text: str
     new_tokens: int
-    seconds: float  # spent generating (an endpoint's: request sent → end of stream)
+    seconds: float  # spent generating (an endpoint's: request sent → end of stream; a baseline's: in its process)
     stats: list[GenerationStats]  # per turn, where reported
     first_token_seconds: list[float]  # endpoints: per turn
+    peak_memory_bytes: int | None = None  # a baseline's, measured in its own process
 
 
 def chat_ids(tokenizer, messages: list[dict]) -> list[int]:
@@ -73,7 +77,9 @@ def run_case(method, case: PromptCase, tokenizer, sampling: SamplingParams, max_
         prompt = list(messages) if method.kind == ENDPOINT else chat_ids(tokenizer, messages)
         start = time.perf_counter()
         output = method.generate(prompt, max_new_tokens, sampling)
-        run.seconds += time.perf_counter() - start
+        run.seconds += output.seconds if output.seconds is not None else time.perf_counter() - start
+        if output.peak_memory_bytes is not None:
+            run.peak_memory_bytes = max(run.peak_memory_bytes or 0, output.peak_memory_bytes)
         text = output.text if output.text is not None else tokenizer.decode(output.token_ids, skip_special_tokens=True)
         run.token_ids += output.token_ids
         run.text += text
@@ -86,23 +92,33 @@ def run_case(method, case: PromptCase, tokenizer, sampling: SamplingParams, max_
     return run
 
 
-def warm_up(methods: list, tokenizer, temperature: float) -> None:
-    """Every method a short generation first: first calls pay allocations, lazy imports, cost models."""
+def warm_up(methods: list, tokenizer, temperature: float, failures: dict[str, str]) -> None:
+    """Every method a short generation first: first calls pay allocations, lazy imports, cost models.
+    A baseline that fails here goes into `failures`."""
     warm = PromptCase("warm-up", "warm-up", ("Hello",))
     for method in methods:
-        run_case(method, warm, tokenizer, SamplingParams(temperature=temperature, seed=0), 8)
+        if method.name in failures:
+            continue
+        try:
+            run_case(method, warm, tokenizer, SamplingParams(temperature=temperature, seed=0), 8)
+        except BaselineFailed as err:
+            failures[method.name] = f"warming up: {err}"
 
 
 def run_bench(cases: list[PromptCase], methods_at: dict[float, list], tokenizer, max_new_tokens: int,
-              repeats: int, device: torch.device, seed: int = 0, progress=None, on_row=None) -> list[dict]:
+              repeats: int, device: torch.device, seed: int = 0, progress=None, on_row=None,
+              failures: dict[str, str] | None = None) -> list[dict]:
     """Rows, one per prompt and temperature: {"case": ..., "temperature": t, "runs": {method name: MethodRun}};
     `on_row(row)` sees each as soon as it is complete (the command writes it down at once). Sampled runs
     draw with seed `seed + 1000 * prompt index + repeat`, the same for every method.
     `progress(done, number, case, temperature, method_name)` is told before each run starts: the runs
-    done so far, then the prompt (the `number`-th of `cases`, from 1), temperature and method to run."""
+    done so far, then the prompt (the `number`-th of `cases`, from 1), temperature and method to run.
+    A baseline that fails (`BaselineFailed`) is left out of every row, earlier ones too, and `failures`
+    gets its name and what happened."""
+    failures = {} if failures is None else failures
     memory = PeakMemory(device)
     for temperature, methods in methods_at.items():
-        warm_up(methods, tokenizer, temperature)
+        warm_up(methods, tokenizer, temperature, failures)
     rows, done = [], 0
     # this project's methods (the baselines learn nothing), each once even if it runs at every temperature
     learners = {id(m): m for methods in methods_at.values() for m in methods if hasattr(m, "hold_learning")}.values()
@@ -115,12 +131,22 @@ def run_bench(cases: list[PromptCase], methods_at: dict[float, list], tokenizer,
             for repeat in range(repeats):
                 sampling = SamplingParams(temperature=temperature, seed=seed + 1000 * number + repeat)
                 for method in run_order(methods, number, repeat):
+                    if method.name in failures:
+                        continue
                     if progress:
                         progress(done, number + 1, case, temperature, method.name)
                     memory.reset()
-                    run = run_case(method, case, tokenizer, sampling, max_new_tokens)
+                    try:
+                        run = run_case(method, case, tokenizer, sampling, max_new_tokens)
+                    except BaselineFailed as err:
+                        failures[method.name] = f"prompt {number + 1} ({case.id}): {err}"
+                        for row in rows:
+                            row["runs"].pop(method.name, None)
+                        continue
                     slot = collected[method.name]
-                    peak = memory.peak() if method.kind != ENDPOINT else None  # a server's memory is not ours
+                    peak = run.peak_memory_bytes  # a baseline's own process
+                    if peak is None and method.kind != ENDPOINT:  # a server's memory is not ours
+                        peak = memory.peak()
                     if peak is not None:
                         slot["peak"] = max(slot["peak"] or 0, peak)
                     slot["first"] = slot["first"] or run
@@ -134,7 +160,7 @@ def run_bench(cases: list[PromptCase], methods_at: dict[float, list], tokenizer,
                 m.name: MethodRun(s["first"].token_ids, s["rates"], s["seconds"], s["tokens"],
                                   GenerationStats.merge(s["stats"]) if s["stats"] else None, s["peak"], s["first"].text,
                                   s["ttft"], getattr(m, "url", None))
-                for m, s in ((m, collected[m.name]) for m in methods)}})
+                for m, s in ((m, collected[m.name]) for m in methods if m.name not in failures)}})
             if on_row:
                 on_row(rows[-1])
         for method in learners:

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from specdec.errors import SpecdecError
 from specdec.heads.eagle3 import default_aux_layers
+from specdec.options import add_threads_arg
 from specdec.terminal import plural
 
 KINDS = ("data", "eagle3", "eagle", "medusa", "draft")
@@ -94,6 +95,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr", type=float, help="peak learning rate (default: 1e-3 for heads, 2e-4 for a draft model)")
     p.add_argument("--seed", type=int, default=0, help="seeds the instructions, the answers, the split and the training")
     p.add_argument("--device", default="cpu")
+    add_threads_arg(p)
 
 
 def parse_temperatures(text: str) -> tuple[float, ...]:
