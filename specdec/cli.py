@@ -241,8 +241,11 @@ def cmd_generate(args, console) -> int:
 
 
 def cmd_chat(args, console) -> int:
+    from specdec.decode.prefix_cache import PrefixCache
+
     config = generation_config(args)
     engine = load_engine(args, console)
+    engine.prefix_cache = PrefixCache()  # each turn prefills only what the conversation added since the last
     target = engine.target
     if not target.tokenizer.chat_template:
         raise SpecdecError(f"specdec chat needs a model with a chat template, and {args.model} has none; "
@@ -277,7 +280,8 @@ def cmd_chat(args, console) -> int:
         reply, _, stats = _stream(engine, prompt_ids, config, console)
         console.print(
             f"[dim]{plural(stats.new_tokens, 'token')}, MAT {stats.mean_accepted_tokens:.2f}, "
-            f"α {stats.acceptance_rate:.2f}, {stats.tokens_per_second:.1f} tokens/s[/dim]"
+            f"α {stats.acceptance_rate:.2f}, {stats.tokens_per_second:.1f} tokens/s; "
+            f"prompt {stats.prompt_tokens} tokens, {stats.reused_prompt_tokens} of them kept from before[/dim]"
         )
         messages.append({"role": "assistant", "content": reply})
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -152,6 +153,10 @@ def test_chat_two_turns(capsys, monkeypatch, tiny_folder):
         assert out.count("tokens, MAT") == 2  # /help, the typo and /reset were not sent to the model
         assert "anything else is sent to the model" in out and "unknown command /reest" in out
         assert "conversation cleared" in out
+        answers = iter(["t5 t6 t7", "t8 t9", "/exit"])  # the second turn prefills only what the first did not
+        code, out, _ = run(capsys, "chat", "--model", str(folder), "--max-new-tokens", "5")
+        kept = [int(n) for n in re.findall(r"tokens, (\d+) of them kept from before", out)]
+        assert code == 0 and len(kept) == 2 and kept[0] == 0 and kept[1] >= 3, out
     finally:
         (folder / "chat_template.jinja").unlink()
 

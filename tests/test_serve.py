@@ -307,6 +307,33 @@ def test_one_clients_question_does_not_reach_another_clients_drafts(chat_folder)
     assert learned["accepted_tokens"] > fresh["accepted_tokens"], (learned, fresh)
 
 
+def test_requests_that_begin_alike_prefill_only_the_rest_and_get_the_same_answers(chat_folder):
+    """A system prompt sent by every client: from the second request on, its tokens come from the
+    prefix cache (`usage.prompt_tokens_details.cached_tokens`, read by the official client), and each
+    answer is the one a server without the cache gives. Control: with --prefix-cache 0 nothing is
+    reused."""
+    system = {"role": "system", "content": " ".join(f"t{10 + i % 30}" for i in range(60))}
+    questions = ["t5 t9 t12", "t7 t8", "t5 t9 t13"]
+
+    def answers(**settings) -> list[tuple[str, int]]:
+        server = LiveServer(make_service(chat_folder, "auto:ngram,suffix", **settings))
+        try:
+            client = OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+            out = []
+            for question in questions:
+                response = client.chat.completions.create(model=MODEL, messages=[system, {"role": "user", "content": question}],
+                                                          max_tokens=8, temperature=0)
+                out.append((response.choices[0].message.content, response.usage.prompt_tokens_details.cached_tokens))
+            return out
+        finally:
+            server.stop()
+
+    cached, without = answers(), answers(prefix_cache=0)
+    assert [text for text, _ in cached] == [text for text, _ in without]
+    assert [n for _, n in without] == [0, 0, 0]
+    assert cached[0][1] == 0 and all(n >= 60 for _, n in cached[1:]), cached  # the system prompt's 60 words at least
+
+
 JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=False)
                            | st.text(max_size=12), lambda inner: st.lists(inner, max_size=3)
                            | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=6)

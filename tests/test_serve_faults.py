@@ -285,7 +285,9 @@ def test_an_8b_models_rows_and_what_the_start_up_line_says():
     target = SimpleNamespace(net=net, max_context=8192)
     service = Service.__new__(Service)  # just what memory_line reads
     service.target, service.drafters, service.slot_bytes = target, [], slot
-    service.scheduler = SimpleNamespace(memory_budget=15 << 30)
+    service.scheduler, service.prefix_cache = SimpleNamespace(memory_budget=15 << 30), None
     line = memory_line(service)
     assert "256 KiB a token" in line and "15.0 GiB" in line and "7 requests of the full 8192-token" in line
-    assert "(4k tokens: 15)" in line
+    assert "(4k tokens: 15)" in line and "--prefix-cache" not in line
+    service.prefix_cache = SimpleNamespace(max_bytes=1 << 30)
+    assert memory_line(service).endswith("; 1.00 GiB kept for prompts that begin alike (--prefix-cache)")

@@ -41,6 +41,8 @@ from specdec.control.cost_model import CostModel
 from specdec.drafters.base import Draft, Drafter, Features, feature_layers
 from specdec.errors import SpecdecError
 from specdec.control.policy import FixedPolicy, AdaptivePolicy, RoundPlan
+from specdec.decode.prefix_cache import PrefixCache, joined
+from specdec.runtime.kv_cache import StaticKVCache
 from specdec.runtime.llama import Segment
 from specdec.runtime.tokenizer import IncrementalDetokenizer
 from specdec.sampling import SamplingParams, argmax, logits_to_probs, sample
@@ -156,11 +158,13 @@ class Row:
     """One request in the loop. Built by `Engine.row`; `Batch` calls its steps.
 
     It is given what it reads: the `target` model, the `drafters` (its own instances) and `policy`,
-    the `name` its statistics report (the engine's), and the `cost_model` its rounds' and proposals'
-    times go to (None: they are not timed)."""
+    the `name` its statistics report (the engine's), the `cost_model` its rounds' and proposals'
+    times go to (None: they are not timed), and the `prefix_cache` it starts from and adds to when
+    it ends (None: none; decode/prefix_cache.py)."""
 
     def __init__(self, target, prompt_ids: list[int], config, drafters: list[Drafter],
-                 policy: FixedPolicy | AdaptivePolicy | None, *, name: str, cost_model: CostModel | None) -> None:
+                 policy: FixedPolicy | AdaptivePolicy | None, *, name: str, cost_model: CostModel | None,
+                 prefix_cache: PrefixCache | None = None) -> None:
         self.target, self.config, self.params = target, config, config.sampling
         self.cost_model = cost_model
         self.generator = self.params.generator(target.net.device)
@@ -179,6 +183,10 @@ class Row:
         self.cache = target.net.new_cache(cache_slots(self.max_len, drafters))
         for drafter in drafters:
             drafter.begin(self.prompt_ids, self.max_len, self.cache)
+        self.prefix_cache = prefix_cache if isinstance(self.cache, StaticKVCache) else None  # the lean runtime's
+        self.kept_features: list[Features] = []  # the readers' features of the cache's tokens, for the prefix cache
+        if self.prefix_cache is not None:
+            self.stats.reused_prompt_tokens = self._reuse_prefix()
         self.started = time.perf_counter()
         self.pieces: list[Piece] = []  # committed since the last event
         self.rounds: list[RoundTrace] = []
@@ -192,6 +200,28 @@ class Row:
     @property
     def prefilling(self) -> bool:
         return self.cache.length < len(self.prompt_ids)
+
+    def _reuse_prefix(self) -> int:
+        """Start from the longest beginning of the prompt that the prefix cache holds: its slots copied
+        into this row's cache, its features to the readers. Returns how many tokens (0: none)."""
+        layers = feature_layers(self.readers) if self.readers else None
+        length, entry = self.prefix_cache.lookup(self.prompt_ids, layers)
+        if not length:
+            return 0
+        self.cache.copy_from(entry.cache, length)
+        if self.readers:
+            features = entry.features.rows(slice(0, length))
+            self.kept_features.append(features)
+            for reader in self.readers:
+                reader.accept_features(features.for_drafter(reader))
+        return length
+
+    def _keep_prefix(self) -> None:
+        """Give the prefix cache this finished row's committed tokens that the cache holds (not past an
+        end of sequence inside an accepted draft) and their features."""
+        length = min(self.cache.length, len(self.tokens))
+        features = joined(self.kept_features).rows(slice(0, length)) if self.readers and self.kept_features else None
+        self.prefix_cache.store(self.tokens[:length], self.cache, features)
 
     # 1. plan and 2. draft
     def plan_and_draft(self, rows: int) -> None:
@@ -249,6 +279,8 @@ class Row:
         (logits [1, V]) the first new token, streamed at once (time to first token)."""
         for reader in self.readers:  # every prompt token is committed: its feature goes to the readers
             reader.accept_features(features.for_drafter(reader))
+        if self.prefix_cache is not None and self.readers:
+            self.kept_features.append(features)
         if logits is None:
             return
         first = _pick(logits, self.params, self.generator)
@@ -299,6 +331,8 @@ class Row:
             kept_features = features.rows(kept)
             for reader in self.readers:
                 reader.accept_features(kept_features.for_drafter(reader))
+            if self.prefix_cache is not None:
+                self.kept_features.append(kept_features)
         kinds = [ACCEPTED] * n + [TARGET if not draft.tokens else BONUS if full else CORRECTED]
         pieces = self._commit(accepted_tokens + [int(next_token)], kinds)
         verify_seconds = pass_seconds + time.perf_counter() - t1
@@ -347,6 +381,8 @@ class Row:
                     self.rounds[-1].tail = tail
             for drafter in self.drafters:
                 drafter.finish(self.tokens, len(self.prompt_ids))
+            if self.prefix_cache is not None:
+                self._keep_prefix()
         stats.new_tokens = self.generated
         stats.total_seconds = time.perf_counter() - self.started
         event = StreamEvent(self.pieces, stats, done=self.done, rounds=self.rounds)

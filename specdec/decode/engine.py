@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from specdec.decode.batch import Batch, Piece, Row, StreamEvent
+from specdec.decode.prefix_cache import PrefixCache
 from specdec.control.cost_model import BATCH_SIZES, CostModel, covers, drop_if_drifted, largest_pass, load_or_measure
 from specdec.drafters.base import Drafter
 from specdec.errors import ConfigError, ContextLengthError, SpecdecError
@@ -64,11 +65,14 @@ class Engine:
 
     With one drafter and a fixed γ every round drafts γ tokens. With γ = "auto" or several drafters
     the adaptive policy (`control/policy.py`) chooses each round's drafter and γ from the cost model, which
-    is measured on first use (or read from its cache) unless one is given."""
+    is measured on first use (or read from its cache) unless one is given. With a `prefix_cache` a
+    request starts from the longest beginning of its prompt that an earlier one computed, and leaves
+    its own for the next (a conversation's turns: `decode/prefix_cache.py`)."""
 
     def __init__(self, target: LanguageModel, drafter: Drafter | list[Drafter] | None = None,
-                 cost_model: CostModel | None = None) -> None:
+                 cost_model: CostModel | None = None, prefix_cache: PrefixCache | None = None) -> None:
         self.target = target
+        self.prefix_cache = prefix_cache
         self.drafters: list[Drafter] = list(drafter) if isinstance(drafter, (list, tuple)) else [drafter] if drafter else []
         names = [d.name for d in self.drafters]
         if len(set(names)) != len(names):
@@ -139,7 +143,7 @@ class Engine:
         prompt_ids = self.check_prompt(prompt_ids)
         policy = self.policy(config) if self.drafters else None
         return Row(self.target, prompt_ids, config, [d.for_request() for d in self.drafters], policy, name=self.name,
-                   cost_model=self.cost_model)
+                   cost_model=self.cost_model, prefix_cache=self.prefix_cache)
 
     def stream(self, prompt_ids: list[int], config: GenerationConfig = GenerationConfig()) -> Iterator[StreamEvent]:
         """Yield the committed tokens round by round; the last event has done=True and final stats."""

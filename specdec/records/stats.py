@@ -72,6 +72,7 @@ class GenerationStats:
 
     drafter: str
     prompt_tokens: int = 0
+    reused_prompt_tokens: int = 0  # of them, taken from the prefix cache instead of prefilled (decode/prefix_cache.py)
     new_tokens: int = 0
     target_passes: int = 0  # the prefill pass included: plain decoding has MAT = 1.00
     rounds: int = 0  # speculative rounds (target passes after the prefill)
@@ -123,7 +124,7 @@ class GenerationStats:
         """Several runs' statistics as one (counts and times summed; rates follow), e.g. a benchmark's."""
         total = cls(drafter=runs[0].drafter if runs else "none")
         for run in runs:
-            for name in ("prompt_tokens", "new_tokens", "target_passes", "rounds", "drafted", "accepted",
+            for name in ("prompt_tokens", "reused_prompt_tokens", "new_tokens", "target_passes", "rounds", "drafted", "accepted",
                          "verified_tokens", "prefill_seconds", "draft_seconds", "verify_seconds", "total_seconds"):
                 setattr(total, name, getattr(total, name) + getattr(run, name))
             for i, (d, a) in enumerate(zip(run.drafted_per_position, run.accepted_per_position)):
@@ -159,6 +160,7 @@ class GenerationStats:
         return {
             "drafter": self.drafter,
             "prompt_tokens": self.prompt_tokens,
+            "reused_prompt_tokens": self.reused_prompt_tokens,
             "new_tokens": self.new_tokens,
             "target_passes": self.target_passes,
             "rounds": self.rounds,

@@ -74,14 +74,24 @@ class StaticKVCache(CacheLength):
         self.check_truncate(length)
         self.length = length
 
-    def copy_from(self, other: "StaticKVCache") -> None:
-        """Hold what `other` holds (its first `other.length` slots, with this cache's room)."""
+    def copy_from(self, other: "StaticKVCache", length: int | None = None) -> None:
+        """Hold what `other` holds in its first `length` slots (default: all `other.length`), with this
+        cache's room."""
+        length = other.length if length is None else length
+        other.check_truncate(length)
         same_shape = other.keys.shape[:3] + other.keys.shape[4:] == self.keys.shape[:3] + self.keys.shape[4:]
-        if not same_shape or other.keys.dtype != self.keys.dtype or other.length > self.max_len:
+        if not same_shape or other.keys.dtype != self.keys.dtype or length > self.max_len:
             raise ValueError("copy_from needs a cache of the same layers, heads, head size and dtype that fits here")
-        self.keys[:, :, :, : other.length] = other.keys[:, :, :, : other.length]
-        self.values[:, :, :, : other.length] = other.values[:, :, :, : other.length]
-        self.length = other.length
+        self.keys[:, :, :, :length] = other.keys[:, :, :, :length]
+        self.values[:, :, :, :length] = other.values[:, :, :, :length]
+        self.length = length
+
+    def prefix(self, length: int) -> "StaticKVCache":
+        """A new cache holding a copy of the first `length` slots, with room for exactly those."""
+        layers, _, heads, _, head_dim = self.keys.shape
+        copy = StaticKVCache(layers, heads, head_dim, length, device=self.keys.device, dtype=self.keys.dtype)
+        copy.copy_from(self, length)
+        return copy
 
     def compact(self, keep: torch.Tensor) -> None:
         """Keep only the slots in `keep` (ascending, [N]) and move them to the front, in order."""

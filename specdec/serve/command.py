@@ -36,6 +36,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="GiB the running requests' KV caches may hold together; a request waits until its cache "
                         "fits, one larger than all of it is refused (default: 80%% of the memory available at start, "
                         "less the weights)")
+    p.add_argument("--prefix-cache", type=float, default=None, metavar="GIB",
+                   help="GiB of finished requests' KV caches kept, so that a prompt beginning as an earlier one did "
+                        "(a system prompt, a conversation's history) prefills only the rest; 0: off. Reuse shows in "
+                        "the time to first token, which tells a client whether another sent the same beginning "
+                        "(default: a quarter of --kv-memory, at most 1 GiB, taken from it)")
     p.add_argument("--api-docs", action="store_true",
                    help="serve FastAPI's /docs, /redoc and /openapi.json (off by default; /docs loads its scripts "
                         "from a CDN)")
@@ -64,6 +69,8 @@ def _check(args) -> None:
         raise SpecdecError(f"--shutdown-timeout must be >= 0, got {args.shutdown_timeout}")
     if args.kv_memory is not None and not args.kv_memory > 0:
         raise SpecdecError(f"--kv-memory must be more than 0 GiB, got {args.kv_memory}")
+    if args.prefix_cache is not None and not args.prefix_cache >= 0:
+        raise SpecdecError(f"--prefix-cache must be 0 (off) or more GiB, got {args.prefix_cache}")
     if args.api_key is not None and not args.api_key.strip():
         raise SpecdecError("--api-key is empty; give a key or leave the option out")
     check_can_listen(args.host, args.port)
@@ -93,9 +100,11 @@ def memory_line(service) -> str:
     if budget is None:
         return f"{per_token}; no memory bound (this machine does not say what it has available; set --kv-memory)"
     full = service.rows_that_fit(context)
+    kept = (f"; {service.prefix_cache.max_bytes / (1 << 30):.2f} GiB kept for prompts that begin alike (--prefix-cache)"
+            if service.prefix_cache is not None else "")
     return (f"{per_token}; {budget / (1 << 30):.1f} GiB for the requests' caches (--kv-memory): "
             f"{plural(full, 'request')} of the full {context}-token context at once, more of shorter ones "
-            f"(4k tokens: {service.rows_that_fit(min(4096, context))})")
+            f"(4k tokens: {service.rows_that_fit(min(4096, context))}){kept}")
 
 
 def build_service(args, console):
@@ -106,7 +115,8 @@ def build_service(args, console):
                              default_max_tokens=args.default_max_tokens, gamma=args.gamma, max_gamma=args.max_gamma,
                              max_body_bytes=args.max_body_bytes, max_batch=args.max_batch,
                              share_learning=args.share_learning, api_docs=args.api_docs,
-                             kv_memory=None if args.kv_memory is None else int(args.kv_memory * (1 << 30)))
+                             kv_memory=None if args.kv_memory is None else int(args.kv_memory * (1 << 30)),
+                             prefix_cache=None if args.prefix_cache is None else int(args.prefix_cache * (1 << 30)))
     service = Service(engine.target, engine.drafters, settings)
     with console.status("reading the cost model (measuring it on this machine the first time)"):
         service.prepare()

@@ -34,8 +34,10 @@ def speculation_report(stats: GenerationStats) -> dict:
 
 
 def usage(stats: GenerationStats) -> dict:
+    """OpenAI's usage; `prompt_tokens_details.cached_tokens`: the prompt tokens taken from the prefix cache."""
     return {"prompt_tokens": stats.prompt_tokens, "completion_tokens": stats.new_tokens,
-            "total_tokens": stats.prompt_tokens + stats.new_tokens}
+            "total_tokens": stats.prompt_tokens + stats.new_tokens,
+            "prompt_tokens_details": {"cached_tokens": stats.reused_prompt_tokens}}
 
 
 async def _client_left(request: Request) -> None:

@@ -12,6 +12,7 @@ from specdec.control.cost_model import BATCH_SIZES, best_batch
 from specdec.drafters.base import Drafter
 from specdec.drafters.suffix import SuffixDrafter
 from specdec.decode.engine import AUTO, Engine, GenerationConfig
+from specdec.decode.prefix_cache import DEFAULT_MAX_BYTES, PrefixCache
 from specdec.runtime.loading import LanguageModel
 from specdec.serve.bodies import ApiError
 from specdec.serve.memory import cache_bytes_per_slot, default_budget
@@ -35,6 +36,8 @@ class ServeSettings:
     max_batch: int | None = None  # requests decoded together; None: chosen from the measured costs (`best_batch`)
     share_learning: bool = False  # drafters that learn from outputs (suffix) learn from every client's: off by default
     kv_memory: int | None = None  # bytes the rows' KV caches may hold together; None: memory.default_budget at start
+    prefix_cache: int | None = None  # bytes of finished requests' caches kept for later prompts that begin alike
+    # (0: none; None: a quarter of the KV budget, at most DEFAULT_MAX_BYTES, taken from the rows' share)
     api_docs: bool = False  # serve /docs, /redoc and /openapi.json (FastAPI's pages; /docs loads its scripts from a CDN)
 
 
@@ -58,7 +61,10 @@ class Service:
                 if isinstance(drafter, SuffixDrafter):
                     drafter.learn_outputs = False
         self.by_name = {d.name: d for d in self.drafters}
-        self.default = Engine(self.target, self.drafters)
+        # one for every engine: a prompt reuses what any earlier request computed, whatever its drafters (the
+        # readers of features only where the entry kept theirs); its size is set by `prepare`
+        self.prefix_cache = PrefixCache() if self.settings.prefix_cache != 0 else None
+        self.default = Engine(self.target, self.drafters, prefix_cache=self.prefix_cache)
         self._engines[tuple(self.by_name)] = self.default
         self.max_body_bytes = (self.settings.max_body_bytes if self.settings.max_body_bytes is not None
                                else max(MIN_BODY_BYTES, BODY_BYTES_PER_CONTEXT_TOKEN * self.target.max_context))
@@ -79,6 +85,13 @@ class Service:
             costs = self.default.costs(self.settings.max_gamma, max_batch=self.settings.max_batch or max(BATCH_SIZES))
             self.scheduler.max_batch = self.settings.max_batch or best_batch(costs)
         budget = self.settings.kv_memory if self.settings.kv_memory is not None else default_budget(self.target.net)
+        if self.prefix_cache is not None:
+            kept = self.settings.prefix_cache
+            if kept is None:
+                kept = DEFAULT_MAX_BYTES if budget is None else min(DEFAULT_MAX_BYTES, budget // 4)
+            self.prefix_cache.max_bytes = max(kept, 1)
+            if budget is not None:
+                budget = max(budget - kept, 1)
         self.scheduler.memory_budget = budget
         self.prepared = True
         for engine in self._engines.values():
@@ -96,7 +109,8 @@ class Service:
 
     def engine(self, names: tuple[str, ...]) -> Engine:
         if names not in self._engines:
-            engine = Engine(self.target, [self.by_name[n] for n in names], cost_model=self.default.cost_model)
+            engine = Engine(self.target, [self.by_name[n] for n in names], cost_model=self.default.cost_model,
+                            prefix_cache=self.prefix_cache)
             engine.may_measure = not self.prepared
             self._engines[names] = engine
         return self._engines[names]
