@@ -59,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--compare", action="store_true", help="also run plain decoding and report the speed-up")
     add_json_arg(gen, "the text and the run's statistics")
 
-    chat = sub.add_parser("chat", help="a multi-turn conversation (/reset to start over, /exit or Ctrl-D to leave)")
+    chat = sub.add_parser("chat", help="a multi-turn conversation (/reset to start over, /exit or Ctrl-D to leave; "
+                                       "Ctrl-C stops an answer)")
     add_model_args(chat)
     chat.add_argument("--system", default=None, help="a system message")
 
@@ -113,20 +114,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _stream(engine, prompt_ids, config, console):
+def _stream(engine, prompt_ids, config, console, stoppable: bool = False):
     """Print a generation as it streams, coloured by how each token came about (from the run's trace);
-    return (text, token ids, final stats)."""
+    return (text, token ids, final stats). `stoppable`: Ctrl-C stops the answer, not the program, and
+    what was written so far comes back with stats None."""
     from dataclasses import replace
 
     texts, token_ids, stats = [], [], None
-    for event in engine.stream(prompt_ids, replace(config, trace=True)):
-        kinds = iter([kind for record in event.rounds for kind in record.kinds()])
-        for piece in event.pieces:
-            kind = next(kinds) if piece.token_ids else "target"  # a tail of held-back text has no token
-            console.print(piece.text, style=KIND_STYLES[kind], end="", markup=False, highlight=False)
-            texts.append(piece.text)
-            token_ids += piece.token_ids
-        stats = event.stats
+    try:
+        for event in engine.stream(prompt_ids, replace(config, trace=True)):
+            kinds = iter([kind for record in event.rounds for kind in record.kinds()])
+            for piece in event.pieces:
+                kind = next(kinds) if piece.token_ids else "target"  # a tail of held-back text has no token
+                console.print(piece.text, style=KIND_STYLES[kind], end="", markup=False, highlight=False)
+                texts.append(piece.text)
+                token_ids += piece.token_ids
+            stats = event.stats
+    except KeyboardInterrupt:
+        if not stoppable:
+            raise
+        stats = None
     console.print()
     return "".join(texts), token_ids, stats
 
@@ -253,7 +260,7 @@ def cmd_chat(args, console) -> int:
     prepare_costs(engine, config, console)
     system = [{"role": "system", "content": args.system}] if args.system else []
     messages = list(system)
-    console.print("[dim]chat: /reset starts over, /exit or Ctrl-D leaves, /help lists these[/dim]")
+    console.print("[dim]chat: /reset starts over, /exit or Ctrl-D leaves, Ctrl-C stops an answer, /help lists these[/dim]")
     while True:
         try:
             line = console.input("[bold]you> [/bold]")
@@ -268,7 +275,8 @@ def cmd_chat(args, console) -> int:
             console.print("[dim]conversation cleared[/dim]")
             continue
         if text in ("/help", "/?"):
-            console.print("[dim]/reset starts over, /exit or Ctrl-D leaves; anything else is sent to the model[/dim]")
+            console.print("[dim]/reset starts over, /exit or Ctrl-D leaves, Ctrl-C stops an answer; anything else is "
+                          "sent to the model[/dim]")
             continue
         if text.startswith("/") and " " not in text:
             console.print(f"[dim]unknown command {text}; /help lists them (nothing was sent)[/dim]")
@@ -277,7 +285,12 @@ def cmd_chat(args, console) -> int:
             continue
         messages.append({"role": "user", "content": text})
         prompt_ids = target.tokenizer.apply_chat_template(messages)
-        reply, _, stats = _stream(engine, prompt_ids, config, console)
+        reply, _, stats = _stream(engine, prompt_ids, config, console, stoppable=True)
+        if stats is None:
+            console.print("[dim]stopped: the conversation keeps what was written (Ctrl-C at the prompt or /exit "
+                          "leaves)[/dim]")
+            messages.append({"role": "assistant", "content": reply})
+            continue
         console.print(
             f"[dim]{plural(stats.new_tokens, 'token')}, MAT {stats.mean_accepted_tokens:.2f}, "
             f"α {stats.acceptance_rate:.2f}, {stats.tokens_per_second:.1f} tokens/s; "

@@ -157,6 +157,20 @@ def test_chat_two_turns(capsys, monkeypatch, tiny_folder):
         code, out, _ = run(capsys, "chat", "--model", str(folder), "--max-new-tokens", "5")
         kept = [int(n) for n in re.findall(r"tokens, (\d+) of them kept from before", out)]
         assert code == 0 and len(kept) == 2 and kept[0] == 0 and kept[1] >= 3, out
+
+        from specdec.decode.engine import Engine
+
+        stream = Engine.stream
+
+        def interrupted(self, prompt_ids, config):  # Ctrl-C after the first round's tokens
+            events = stream(self, prompt_ids, config)
+            yield next(events)
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(Engine, "stream", interrupted)
+        answers = iter(["t5 t6 t7", "t8 t9", "/exit"])
+        code, out, _ = run(capsys, "chat", "--model", str(folder), "--max-new-tokens", "5")
+        assert code == 0 and out.count("stopped: the conversation keeps what was written") == 2, out
     finally:
         (folder / "chat_template.jinja").unlink()
 
