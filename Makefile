@@ -35,7 +35,7 @@ test-quick: $(STAMP)
 	$(PY) -m pytest -q -rs -m "not slow"
 
 bench: $(STAMP)
-	$(VENV)/bin/specdec bench --prompts ../shared/workloads/spec_bench_dev.jsonl --per-category 5 --drafter ngram --drafter suffix --drafter auto --targets --out bench-out --force
+	$(VENV)/bin/specdec bench --prompts workloads/spec_bench_dev.jsonl --per-category 5 --drafter ngram --drafter suffix --drafter auto --targets --out bench-out --force
 
 clean:
 	rm -rf $(VENV) .pytest_cache
