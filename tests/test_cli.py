@@ -318,6 +318,9 @@ def test_export_checks_its_out_folder_before_reading_the_head(capsys, tmp_path, 
     (["export", "eagle3", "--format", "vllm"], "--out", ["-o"], "out"),
     (["load-test"], "--out", ["-o"], "out"),
     (["load-test"], "--max-new-tokens", ["--max-tokens"], "max_tokens"),
+    (["load-test"], "--endpoint", ["--url"], "url"),
+    (["load-test"], "--served-model", ["--model"], "model"),
+    (["train", "eagle3", "--data", "d"], "--examples", ["--prompts"], "prompts"),
 ])
 def test_one_name_per_option_with_the_old_names_kept(capsys, command, main_name, aliases, dest):
     """Every command calls an output path --out and a count of new tokens --max-new-tokens; the

@@ -35,7 +35,7 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 PYTHON_BLOCK = re.compile(r"```python\n(.*?)```", re.S)
 
 # what each command is given on top of the README's line: a short answer, a few prompts, one epoch
-TRAIN = ["--prompts", "16", "--max-new-tokens", "64", "--batch-size", "16", "--epochs", "1", "--max-len", "96"]
+TRAIN = ["--examples", "16", "--max-new-tokens", "64", "--batch-size", "16", "--epochs", "1", "--max-len", "96"]
 SMALL = {
     "generate": ["--max-new-tokens", "8"],
     "chat": ["--max-new-tokens", "8"],

@@ -158,8 +158,10 @@ def _stopped(signum, frame):
 
 
 def add_load_test_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--url", default="http://127.0.0.1:8000", help="the server (loopback only; default: http://127.0.0.1:8000)")
-    p.add_argument("--model", default=None, help="the served model id (default: the first GET /v1/models lists)")
+    p.add_argument("--endpoint", "--url", dest="url", default="http://127.0.0.1:8000", metavar="URL",
+                   help="the server, as `bench --endpoint` names it (loopback only; default: http://127.0.0.1:8000)")
+    p.add_argument("--served-model", "--model", dest="model", default=None, metavar="NAME",
+                   help="the served model id, as `bench --served-model` names it (default: the first GET /v1/models lists)")
     p.add_argument("--prompts", default=None, help="Spec-Bench .jsonl or text file; the first turn of each prompt is sent")
     p.add_argument("--per-category", type=whole_number, default=2, help="prompts per category from a Spec-Bench file (default: 2)")
     p.add_argument("--clients", type=whole_number, default=32, help="concurrent streaming clients (default: 32)")

@@ -1,7 +1,7 @@
 """`specdec train data|eagle3|eagle|medusa|draft`: self-distillation data from the target, then a
 drafter trained on it.
 
-    specdec train data --model smollm2-135m --data distill-data --prompts 10500      (the data only)
+    specdec train data --model smollm2-135m --data distill-data --examples 10500      (the data only)
     specdec train eagle3 --model smollm2-135m --data distill-data --out my-eagle3
     specdec generate "..." --drafter eagle3:my-eagle3
     specdec train eagle --model smollm2-135m --data distill-data --out my-eagle
@@ -12,12 +12,12 @@ drafter trained on it.
 Long-input tasks (summaries, answers from a text, retrieval over documents) made from the target's
 own answers in a first data folder, then a head trained further on both:
 
-    specdec train data --data long-data --passages distill-data --prompts 2000
+    specdec train data --data long-data --passages distill-data --examples 2000
     specdec train eagle3 --data distill-data --more-data long-data --max-len 1024 --init my-eagle3 --out my-eagle3-long
 
 Two-turn conversations (an earlier instruction, the target's answer, a follow-up request):
 
-    specdec train data --data turns-data --follow-ups distill-data --prompts 1500
+    specdec train data --data turns-data --follow-ups distill-data --examples 1500
 
 Both steps resume: the data is written in shards (a stopped run continues after the last complete
 one), training keeps a checkpoint (model and optimiser, safetensors) every few steps and at the end
@@ -58,8 +58,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "named after --out)")
     p.add_argument("--progress-file", type=Path,
                    help="keep one JSON line here with the run's progress (for a run in the background)")
-    p.add_argument("--prompts", type=int, default=2048,
-                   help="prompts to answer for the data: instructions, long-input tasks or conversations (default 2048)")
+    p.add_argument("--examples", "--prompts", dest="prompts", type=int, default=2048, metavar="N",
+                   help="how many prompts the target answers for the data: instructions, long-input tasks or "
+                        "conversations (default 2048; `bench --prompts` is a file of prompts, this a count)")
     p.add_argument("--passages", type=Path, metavar="DATA",
                    help="make long-input tasks instead of the template instructions: summaries, answers from the "
                         "text, retrieval over numbered documents, rewrites and translations of the target's own "
