@@ -9,9 +9,11 @@ readers, and prefills only the rest of its prompt (`Row`, decode/batch.py).
 
 Exactness: specdec's CPU kernels compute every token's keys, values and features by the same
 operations in the same order whatever else is in the pass (batch-invariant, docs/ARCHITECTURE.md),
-so the slots copied are, bit for bit, what prefilling those n tokens would write, and every logit
-after them is the same (tests/test_prefix_cache.py checks the logits and whole generations). At
-least the prompt's last token is always prefilled: its logits give the first new token.
+so with quantized linears (a GGUF as stored, the default) the slots copied are, bit for bit, what
+prefilling those n tokens would write, and every logit after them is the same; a float
+checkpoint's linears round a row by the pass's row count, as in a batch, so there the logits agree
+to round-off (tests/test_prefix_cache.py checks the logits and whole generations). At least the
+prompt's last token is always prefilled: its logits give the first new token.
 
 Entries are kept while their bytes (slots and features) fit `max_bytes` in all; the least recently
 used goes first. A lookup compares the prompt with every entry (a conversation holds a few; a server
