@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-FAMILIES = ("llama", "llama3-rope", "qwen2", "mistral", "llama-untied")
+FAMILIES = ("llama", "llama3-rope", "qwen2", "qwen3", "mistral", "llama-untied")
 
 
 def tiny_hf_config(family: str, vocab_size: int = 64, max_positions: int = 256):
-    from transformers import LlamaConfig, MistralConfig, Qwen2Config
+    from transformers import LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
 
     common = dict(
         vocab_size=vocab_size, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
@@ -34,6 +34,8 @@ def tiny_hf_config(family: str, vocab_size: int = 64, max_positions: int = 256):
         return LlamaConfig(**common, tie_word_embeddings=True, rope_scaling=scaling, rope_theta=500000.0)
     if family == "qwen2":
         return Qwen2Config(**common, tie_word_embeddings=False, rope_theta=1000000.0)
+    if family == "qwen3":  # q/k norms; heads of 16, so the attention's width (96) is not the hidden size (48)
+        return Qwen3Config(**common, tie_word_embeddings=False, rope_theta=1000000.0, head_dim=16)
     if family == "mistral":
         return MistralConfig(**common, tie_word_embeddings=False, sliding_window=None)
     raise ValueError(family)

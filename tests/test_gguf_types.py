@@ -22,6 +22,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -140,7 +142,8 @@ def tokenizer_gguf(default_gguf):
     return default_gguf
 
 
-SMALL = {"llama-3.2-1b": SHAPES["llama-3.2-1b"].small(), "qwen2.5-1.5b": SHAPES["qwen2.5-1.5b"].small()}
+SMALL = {"llama-3.2-1b": SHAPES["llama-3.2-1b"].small(), "qwen2.5-1.5b": SHAPES["qwen2.5-1.5b"].small(),
+         "qwen3-0.6b": replace(SHAPES["qwen3-0.6b"].small(), vocab=49152)}  # (its own 151,936 tokens: 128 MB more)
 
 
 @pytest.mark.parametrize("file_type", ["Q4_K_M", "Q8_0"])
@@ -157,6 +160,8 @@ def test_small_files_of_real_shapes_load_and_generate(tmp_path, tokenizer_gguf, 
     config = model.net.config
     assert (config.rope_freq_factors is not None) == (shape == "llama-3.2-1b")
     assert config.attention_bias == (shape == "qwen2.5-1.5b")
+    small = SMALL[shape]
+    assert config.qk_norm == (shape == "qwen3-0.6b") and config.head_dim == (small.head_dim or small.hidden // small.heads)
     layouts = model.weights.forms
     assert layouts == ({"Q8_0"} if file_type == "Q8_0" else {"Q4_K", "Q6_K", "Q4_K+Q6_K"})  # q|k Q4_K beside a Q6_K v
     kept = list((tmp_path / "cache").rglob("*.safetensors"))

@@ -1,4 +1,4 @@
-"""Configuration of a Llama-family model (Llama 2/3, SmolLM2, Qwen2, Mistral).
+"""Configuration of a Llama-family model (Llama 2/3, SmolLM2, Qwen2, Qwen3, Mistral).
 
 One dataclass, filled from a Hugging Face `config.json` or from GGUF metadata. Everything the
 lean runtime needs to build the network is here; nothing else is read from the source files.
@@ -15,6 +15,7 @@ SUPPORTED_ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "mistral",
     "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
 }
 
 
@@ -33,6 +34,7 @@ class ModelConfig:
     rope_scaling: dict[str, Any] | None = None
     rope_freq_factors: list[float] | None = None  # GGUF's rope_freqs (Llama 3.1/3.2): divisors of the frequencies
     attention_bias: bool = False  # Qwen2: bias on q, k, v projections
+    qk_norm: bool = False  # Qwen3: an RMS norm over each head's q and k (head_dim wide) before RoPE
     tie_word_embeddings: bool = False
     sliding_window: int | None = None  # Mistral: attention limited to this many positions
     family: str = "llama"
@@ -67,7 +69,7 @@ class ModelConfig:
             family = SUPPORTED_ARCHITECTURES.get(arch, family)
         if family is None:
             model_type = hf.get("model_type")
-            family = model_type if model_type in ("llama", "mistral", "qwen2") else None
+            family = model_type if model_type in SUPPORTED_ARCHITECTURES.values() else None
         if family is None:
             raise ModelLoadError(
                 f"architecture {archs or hf.get('model_type')} is not supported by the lean runtime "
@@ -94,6 +96,7 @@ class ModelConfig:
                 rope_scaling=_rope_scaling(hf),
                 rope_freq_factors=hf.get("rope_freq_factors"),
                 attention_bias=family == "qwen2" or bool(hf.get("attention_bias", False)),
+                qk_norm=family == "qwen3",
                 tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
                 sliding_window=hf.get("sliding_window") if use_window else None,
                 family=family,

@@ -35,7 +35,7 @@ from specdec.errors import ModelLoadError
 CONVERSION_VERSION = 2
 DIGESTS = "digests.json"  # under the cache's gguf/: each file version's digest, so that a file is read through once
 DIGEST_CHUNK = 1 << 24
-ARCH_TO_HF = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
+ARCH_TO_HF = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 FLOAT_WEIGHTS = "model.safetensors"
 
 
@@ -189,7 +189,7 @@ def _hf_config(reader, gguf_path: Path) -> dict:
     if arch not in ARCH_TO_HF:
         raise ModelLoadError(
             f"{gguf_path.name} is a '{arch}' model, which specdec's runtime does not run (it runs the "
-            f"Llama family: {', '.join(ARCH_TO_HF)} GGUF files: Llama 2/3/3.1/3.2, Mistral, Qwen2/2.5)"
+            f"Llama family: {', '.join(ARCH_TO_HF)} GGUF files: Llama 2/3/3.1/3.2, Mistral, Qwen2/2.5, Qwen3)"
         )
     refuse_unsupported_types(reader, gguf_path)
     num_heads = gguf_field(reader, f"{arch}.attention.head_count")
@@ -260,6 +260,8 @@ _GGUF_TO_HF = {
     "attn_q": "self_attn.q_proj",
     "attn_k": "self_attn.k_proj",
     "attn_v": "self_attn.v_proj",
+    "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm",
     "attn_output": "self_attn.o_proj",
     "ffn_gate": "mlp.gate_proj",
     "ffn_up": "mlp.up_proj",

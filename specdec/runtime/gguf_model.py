@@ -149,6 +149,9 @@ def pack_weights(path: Path, config: ModelConfig) -> tuple[dict[str, torch.Tenso
         state[at + "mlp_norm.weight"] = floats(blk + "ffn_norm.weight").reshape(-1)
         if config.attention_bias:
             state[at + "attn.qkv.bias"] = torch.cat([floats(f"{blk}attn_{p}.bias").reshape(-1) for p in "qkv"])
+        if config.qk_norm:
+            for p in "qk":
+                state[f"{at}attn.{p}_norm.weight"] = floats(f"{blk}attn_{p}_norm.weight").reshape(-1)
         for module, sources in LAYER_SOURCES.items():
             linear(at + module, tuple(f"{blk}{s}.weight" for s in sources))
     state["norm.weight"] = floats("output_norm.weight").reshape(-1)
@@ -225,6 +228,9 @@ def _assemble(config: ModelConfig, state: dict[str, torch.Tensor], plan: dict[st
         at = f"layers.{i}."
         layer.attn_norm.weight = vector(at + "attn_norm.weight")
         layer.mlp_norm.weight = vector(at + "mlp_norm.weight")
+        if config.qk_norm:
+            layer.attn.q_norm.weight = vector(at + "attn.q_norm.weight")
+            layer.attn.k_norm.weight = vector(at + "attn.k_norm.weight")
         for module in LAYER_SOURCES:
             block, attr = module.split(".")
             setattr(getattr(layer, block), attr, linear(at + module))

@@ -30,7 +30,7 @@ BLOCKS = {
 class Shape:
     """What a Llama-family file's tensors need."""
 
-    arch: str  # GGUF architecture: llama or qwen2
+    arch: str  # GGUF architecture: llama, qwen2 or qwen3
     layers: int
     hidden: int
     mlp: int
@@ -40,6 +40,7 @@ class Shape:
     tied: bool = True
     rope_theta: float = 500000.0
     rope_freqs: bool = False  # Llama 3.1/3.2 store RoPE scaling factors as a tensor
+    head_dim: int | None = None  # where it is not hidden / heads (Qwen3: 128 at every size)
 
     def small(self, layers: int = 2) -> "Shape":
         """The same widths with fewer layers (tests make these in seconds)."""
@@ -51,6 +52,8 @@ SHAPES = {
     "llama-3.2-3b": Shape("llama", 28, 3072, 8192, 24, 8, rope_freqs=True),
     "llama-3.1-8b": Shape("llama", 32, 4096, 14336, 32, 8, tied=False, rope_freqs=True),
     "qwen2.5-1.5b": Shape("qwen2", 28, 1536, 8960, 12, 2, rope_theta=1000000.0),
+    "qwen3-0.6b": Shape("qwen3", 28, 1024, 3072, 16, 8, vocab=151936, rope_theta=1000000.0, head_dim=128),
+    "qwen3-8b": Shape("qwen3", 36, 4096, 12288, 32, 8, vocab=151936, tied=False, rope_theta=1000000.0, head_dim=128),
 }
 
 
@@ -104,7 +107,10 @@ def write_gguf(path: Path, shape: Shape, file_type: str, tokenizer_gguf: Path, *
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_rope_freq_base(shape.rope_theta)
     _copy_tokenizer(source, writer, shape.vocab)
-    head_dim = shape.hidden // shape.heads
+    head_dim = shape.head_dim or shape.hidden // shape.heads
+    if shape.head_dim:
+        writer.add_key_length(head_dim)
+        writer.add_value_length(head_dim)
 
     def linear(name: str, kind: str, layer: int, out: int, inp: int) -> None:
         type_name = tensor_type(file_type, kind, layer, shape.layers)
@@ -135,6 +141,9 @@ def write_gguf(path: Path, shape: Shape, file_type: str, tokenizer_gguf: Path, *
         if arch == "qwen2":
             for part, size in (("q", shape.heads), ("k", shape.kv_heads), ("v", shape.kv_heads)):
                 writer.add_tensor(f"{blk}attn_{part}.bias", rng.standard_normal(size * head_dim).astype(np.float32) / 8)
+        if arch == "qwen3":  # per-head q and k norms, not all ones (a test must see them applied)
+            for part in "qk":
+                writer.add_tensor(f"{blk}attn_{part}_norm.weight", rng.uniform(0.5, 1.5, head_dim).astype(np.float32))
         linear(blk + "attn_output.weight", "attn_output", i, shape.hidden, shape.heads * head_dim)
         linear(blk + "ffn_gate.weight", "ffn_gate", i, shape.mlp, shape.hidden)
         linear(blk + "ffn_up.weight", "ffn_up", i, shape.mlp, shape.hidden)

@@ -1,4 +1,4 @@
-"""A lean Llama-family transformer: Llama 2/3, SmolLM2, Qwen2 (q/k/v bias) and Mistral.
+"""A lean Llama-family transformer: Llama 2/3, SmolLM2, Qwen2 (q/k/v bias), Qwen3 (q/k norms) and Mistral.
 
 Design:
 - `ModelConfig` fills everything; grouped-query attention; tied or separate LM head.
@@ -144,6 +144,15 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(input_size or config.hidden_size, q_dim + 2 * kv_dim, bias=config.attention_bias)
         self.o = nn.Linear(q_dim, config.hidden_size, bias=False)
         self.split = (q_dim, kv_dim, kv_dim)
+        # Qwen3: each head's q and k RMS-normed over head_dim before RoPE
+        self.q_norm = RMSNorm(config.head_dim, config.rms_norm_eps) if config.qk_norm else None
+        self.k_norm = RMSNorm(config.head_dim, config.rms_norm_eps) if config.qk_norm else None
+
+    def normed(self, q: torch.Tensor, k: torch.Tensor, kernels=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """q [..., H, D] and k [..., Hkv, D] through the q/k norms, where the model has them (Qwen3)."""
+        if self.q_norm is None:
+            return q, k
+        return self.q_norm(q, kernels), self.k_norm(k, kernels)
 
     def forward(
         self,
@@ -158,8 +167,9 @@ class Attention(nn.Module):
         """Rows in lock step over one cache, with any mask (an EAGLE head, drafting or training)."""
         batch, seq, _ = x.shape
         q, k, v = self.qkv(x).split(self.split, dim=-1)
-        q = q.view(batch, seq, self.num_heads, self.head_dim).transpose(1, 2)  # [B, H, T, D]
-        k = k.view(batch, seq, self.num_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
+        q, k = self.normed(q.view(batch, seq, self.num_heads, self.head_dim), k.view(batch, seq, self.num_kv_heads, self.head_dim))
+        q = q.transpose(1, 2)  # [B, H, T, D]
+        k = k.transpose(1, 2)  # [B, Hkv, T, D]
         v = v.view(batch, seq, self.num_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
         keys, values = cache.write(layer, rotate(k, cos, sin), v)  # [B, Hkv, S, D]
         out = F.scaled_dot_product_attention(rotate(q, cos, sin), keys, values, attn_mask=mask, is_causal=causal,
@@ -177,8 +187,10 @@ class Attention(nn.Module):
     ) -> torch.Tensor:  # [N, hidden]
         rows = x.shape[0]
         q, k, v = self.qkv(x).split(self.split, dim=-1)
-        q = rotate(q.view(rows, self.num_heads, self.head_dim), cos, sin)  # [N, H, D]
-        k = rotate(k.view(rows, self.num_kv_heads, self.head_dim), cos, sin)  # [N, Hkv, D]
+        q, k = self.normed(q.view(rows, self.num_heads, self.head_dim), k.view(rows, self.num_kv_heads, self.head_dim),
+                           kernels)
+        q = rotate(q, cos, sin)  # [N, H, D]
+        k = rotate(k, cos, sin)  # [N, Hkv, D]
         v = v.view(rows, self.num_kv_heads, self.head_dim)  # [N, Hkv, D]
         mixed = []
         for seg in segments:
@@ -417,7 +429,8 @@ class LlamaModel(nn.Module):
             for layer in self.layers:
                 linears = (layer.attn.qkv, layer.attn.o, layer.mlp.gate_up, layer.mlp.down)
                 if not all(isinstance(lin, QuantizedLinear) for lin in linears) or any(
-                        lin.bias is not None for lin in linears[1:]):
+                        lin.bias is not None for lin in linears[1:]) or layer.attn.q_norm is not None:
+                    # (q/k norms: the fused layer has none; such layers run one by one, on the same kernels)
                     self._fused_weights = []
                     return None
                 bias = layer.attn.qkv.bias if layer.attn.qkv.bias is not None else torch.empty(0)

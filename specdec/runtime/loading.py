@@ -279,6 +279,9 @@ def _lean_state_dict(folder: Path, config: ModelConfig, device: str, dtype: torc
         put(dst + "attn.qkv.weight", torch.cat([take(attn + p + "_proj.weight") for p in "qkv"]))
         if config.attention_bias:
             put(dst + "attn.qkv.bias", torch.cat([take(attn + p + "_proj.bias") for p in "qkv"]))
+        if config.qk_norm:
+            put(dst + "attn.q_norm.weight", take(attn + "q_norm.weight"))
+            put(dst + "attn.k_norm.weight", take(attn + "k_norm.weight"))
         put(dst + "attn.o.weight", take(attn + "o_proj.weight"))
         mlp = src + "mlp."
         put(dst + "mlp.gate_up.weight", torch.cat([take(mlp + "gate_proj.weight"), take(mlp + "up_proj.weight")]))
