@@ -58,5 +58,6 @@ class PeakMemory:
     @property
     def description(self) -> str:
         return {"cuda": "peak memory allocated by torch on the GPU during the method's runs",
-                "rss": "the process's peak resident memory during the method's runs (all loaded models included)",
+                "rss": "the process's peak resident memory during the method's runs (all loaded models included; a "
+                       "baseline's: its own process's)",
                 None: "not measured on this platform"}[self.kind]
