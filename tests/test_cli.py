@@ -43,6 +43,7 @@ def run_json(capsys, *argv) -> tuple[dict, str]:
     (["costs", "--max-gamma", "0"], "--max-gamma must be in [1, 16]"),
     (["plan", "--alpha", "1.5", "--c", "0.1"], "alpha"),
     (["plan", "--alpha", "0.5", "--c", "-1"], "c (draft cost"),
+    (["load-test", "--shared-prefix", "/nonexistent/prefix.txt"], "--shared-prefix /nonexistent/prefix.txt: cannot read it"),
 ])
 def test_bad_arguments(capsys, argv, message):
     code, _, err = run(capsys, *argv)

@@ -164,6 +164,9 @@ def add_load_test_arguments(p: argparse.ArgumentParser) -> None:
                    help="the served model id, as `bench --served-model` names it (default: the first GET /v1/models lists)")
     p.add_argument("--prompts", default=None, help="Spec-Bench .jsonl or text file; the first turn of each prompt is sent")
     p.add_argument("--per-category", type=whole_number, default=2, help="prompts per category from a Spec-Bench file (default: 2)")
+    p.add_argument("--shared-prefix", default=None, metavar="FILE",
+                   help="a text file sent before every prompt (and a blank line), as clients share a system prompt "
+                        "or few-shot examples: what a server's prefix cache is for (default: none)")
     p.add_argument("--clients", type=whole_number, default=32, help="concurrent streaming clients (default: 32)")
     p.add_argument("--requests", type=whole_number, default=500, help="requests to complete in all (default: 500)")
     p.add_argument("--max-new-tokens", "--max-tokens", dest="max_tokens", type=int, default=16, metavar="N",
@@ -219,6 +222,13 @@ def run_load_test_command(args, console) -> int:
 
     prompts = ([c.turns[0] for c in load_prompts(args.prompts, args.per_category)] if args.prompts
                else list(DEFAULT_LOAD_PROMPTS))
+    if args.shared_prefix is not None:
+        prefix = Path(args.shared_prefix).expanduser()
+        try:
+            shared = prefix.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise SpecdecError(f"--shared-prefix {prefix}: cannot read it as UTF-8 text ({err})") from None
+        prompts = [f"{shared.rstrip()}\n\n{prompt}" for prompt in prompts]
     lengths = _numbers(args.answer_lengths, "--answer-lengths")
     curve = _numbers(args.curve, "--curve")
     for option, path in (("--out", args.out), ("--plot", args.plot)):  # before the run, not after it
