@@ -197,6 +197,7 @@ def build_methods(args, target, console, failures: dict[str, str]) -> dict[float
 def _start_baselines(what: str, factory: str, kwargs: dict, failures: dict[str, str], console) -> list:
     """The methods of a baseline process, or none and a line in `failures` if it cannot start."""
     import torch
+    from rich.markup import escape
 
     from specdec.bench.child import BaselineFailed, BaselineProcess
 
@@ -204,7 +205,7 @@ def _start_baselines(what: str, factory: str, kwargs: dict, failures: dict[str, 
         return BaselineProcess(factory, kwargs, threads=torch.get_num_threads()).methods
     except BaselineFailed as err:
         failures[what] = str(err)
-        console.print(f"[yellow]{what}: {err}; the bench goes on without it[/]", highlight=False)
+        console.print(f"[yellow]{escape(what)}: {escape(str(err))}; the bench goes on without it[/]", highlight=False)
         return []
 
 
