@@ -313,6 +313,8 @@ def run(args, console) -> int:
     files = write_report(rows, summary, header, args.out_dir, targets=args.targets)
     partial.unlink()  # all of it is in results.jsonl now
     print_tables(summary, console)
+    for name, what in failures.items():
+        console.print(f"[yellow]failed: {escape(name)}: {escape(what)}; its rows are left out[/]", highlight=False)
     console.print("wrote " + ", ".join(str(f) for f in files))
     if args.json:
         print(json.dumps({"out_dir": str(args.out_dir), "summary": summary}))
