@@ -575,14 +575,14 @@ def test_a_bench_whose_baseline_dies_at_once_still_writes_its_report(tmp_path, t
                               ("failing_to_start", {"plain", "ngram"}),
                               ("stand_ins", {"plain", "ngram", "hf-generate", "hf-lookup"})):
         monkeypatch.setattr(specdec.bench.command, "TRANSFORMERS_BASELINES", f"baseline_standins:{factory}")
-        out = tmp_path / factory
+        folder = tmp_path / factory
         code = main(["bench", "--model", str(tiny_folder), "--prompts", str(prompts), "--drafter", "ngram",
-                     "--max-new-tokens", "4", "--out-dir", str(out)])
+                     "--max-new-tokens", "4", "--out-dir", str(folder)])
         out, err = capsys.readouterr()
         assert code == 0, err
-        rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+        rows = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]
         assert set(rows[0]["methods"]) == expected
-        report = (out / "report.md").read_text()
+        report = (folder / "report.md").read_text()
         if factory == "dying_at_first_call":
             assert "- failed: hf-generate: warming up: its process ended while generating" in report
             assert "killed by SIGILL" in report and "- failed: hf-lookup: " in report
