@@ -20,3 +20,8 @@ class ConfigError(SpecdecError):
 
 class ContextLengthError(SpecdecError):
     """A prompt (with the tokens asked for) does not fit the model's context."""
+
+
+class BaselineFailed(SpecdecError):
+    """A benchmark baseline failed (its process ended, or its code raised): the bench goes on without it
+    (specdec/bench/child.py)."""

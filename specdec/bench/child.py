@@ -30,13 +30,9 @@ import sys
 import tempfile
 import time
 
-from specdec.errors import SpecdecError
+from specdec.errors import BaselineFailed
 
 STDERR_LINES = 3  # of the child's standard error, quoted when it fails
-
-
-class BaselineFailed(SpecdecError):
-    """A baseline failed (its process ended, or its code raised): the bench goes on without it."""
 
 
 class BaselineProcess:

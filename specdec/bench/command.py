@@ -199,7 +199,8 @@ def _start_baselines(what: str, factory: str, kwargs: dict, failures: dict[str, 
     import torch
     from rich.markup import escape
 
-    from specdec.bench.child import BaselineFailed, BaselineProcess
+    from specdec.bench.child import BaselineProcess
+    from specdec.errors import BaselineFailed
 
     try:
         return BaselineProcess(factory, kwargs, threads=torch.get_num_threads()).methods

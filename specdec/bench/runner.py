@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specdec.bench.child import BaselineFailed
 from specdec.bench.memory import PeakMemory
 from specdec.bench.prompts import PromptCase
+from specdec.errors import BaselineFailed
 from specdec.sampling import SamplingParams
 from specdec.records.stats import GenerationStats
 
