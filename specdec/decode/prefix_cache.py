@@ -38,13 +38,14 @@ class Entry:
     tokens: tuple[int, ...]  # the committed tokens whose slots `cache` holds, in order
     cache: StaticKVCache  # [0, len(tokens)) filled, exactly that long
     features: Features | None  # their features ([len(tokens), ...]), where the drafters read them
+    bytes: int  # what the slots and features take (`held_bytes`)
 
-    @property
-    def bytes(self) -> int:
-        tensors = [self.cache.keys, self.cache.values]
-        if self.features is not None:
-            tensors += [self.features.final, *self.features.aux.values()]
-        return sum(t.numel() * t.element_size() for t in tensors)
+
+def held_bytes(cache: StaticKVCache, length: int, features: Features | None) -> int:
+    """Bytes of an entry of the first `length` slots of `cache` and these features, before copying them."""
+    slot = sum(t[:, :, :, :1].numel() * t.element_size() for t in (cache.keys, cache.values))  # one token, every layer
+    extra = [] if features is None else [features.final, *features.aux.values()]
+    return length * slot + sum(t.numel() * t.element_size() for t in extra)
 
 
 def common_length(a: tuple[int, ...], b: list[int]) -> int:
@@ -64,10 +65,7 @@ class PrefixCache:
             raise ValueError(f"a prefix cache holds at least 1 byte, got {max_bytes}")
         self.max_bytes = max_bytes
         self.entries: OrderedDict[tuple[int, ...], Entry] = OrderedDict()  # least recently used first
-
-    @property
-    def bytes(self) -> int:
-        return sum(entry.bytes for entry in self.entries.values())
+        self.bytes = 0  # what the entries hold in all
 
     def lookup(self, prompt_ids: list[int], feature_layers: tuple[int, ...] | None) -> tuple[int, Entry | None]:
         """The longest reusable beginning of `prompt_ids` (never all of it) and the entry that holds
@@ -95,16 +93,18 @@ class PrefixCache:
                 self.entries.move_to_end(other)
                 return
             if key[:len(other)] == other:  # this one holds it whole
-                del self.entries[other]
-        entry = Entry(key, cache.prefix(len(key)), features)
-        if entry.bytes > self.max_bytes:
+                self.bytes -= self.entries.pop(other).bytes
+        size = held_bytes(cache, len(key), features)
+        if size > self.max_bytes:  # could never fit: not copied
             return
-        self.entries[key] = entry
+        self.entries[key] = Entry(key, cache.prefix(len(key)), features, size)
+        self.bytes += size
         while self.bytes > self.max_bytes:
-            self.entries.popitem(last=False)
+            self.bytes -= self.entries.popitem(last=False)[1].bytes
 
     def clear(self) -> None:
         self.entries.clear()
+        self.bytes = 0
 
 
 def _has_features(features: Features | None, layers: tuple[int, ...]) -> bool:
