@@ -11,7 +11,7 @@ import argparse
 import os
 from dataclasses import replace
 
-from specdec.drafter_kinds import check_drafter_spec, drafter_help
+from specdec.drafters.spec import drafter_help, parse_drafter_spec
 
 
 def gamma_arg(text: str) -> int | str:
@@ -122,16 +122,16 @@ def generation_config(args):
 
 def load_engine(args, console):
     """The target and its drafters from the options, in an `Engine`."""
-    from specdec.drafters import build_drafters
+    from specdec.drafters.build import build_drafters
     from specdec.decode.engine import Engine
     from specdec.runtime import load_model
 
-    check_drafter_spec(args.drafter)  # a misspelled drafter fails before the model loads
+    choice = parse_drafter_spec(args.drafter)  # a misspelled drafter fails before the model loads
     with console.status(f"loading {args.model}"):
         target = load_model(args.model, device=args.device, dtype=args.dtype, runtime=args.runtime, weights=args.weights,
                             kv_cache=args.kv_cache)
     with console.status(f"loading the drafter {args.drafter}"):
-        drafters = build_drafters(args.drafter, target, device=args.device, dtype=args.dtype, runtime=args.runtime)
+        drafters = build_drafters(choice, target, device=args.device, dtype=args.dtype, runtime=args.runtime)
     return Engine(target, drafters)
 
 

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+
 from scipy.stats import chi2
+
+from specdec.decode.verify import speculative_sample as RIGHT_CHAIN_RULE
 
 ALPHA = 1e-3  # false-positive rate of each goodness-of-fit test
 
@@ -54,9 +57,7 @@ def residual_from_p(draft_tokens, p, q, generator, details=None):
     the tokens the draft favours (q ≥ p), and after a point-mass draft x is rejected it can draw x
     again. Where the residual equals p (a rejected point-mass draft with p(x) = 0, or q and p with
     disjoint supports) it is right, so it fails only tests whose drafts overlap the target's support."""
-    from specdec.decode.verify import speculative_sample
-
-    num_accepted, _ = speculative_sample(draft_tokens, p, q, generator)
+    num_accepted, _ = RIGHT_CHAIN_RULE(draft_tokens, p, q, generator)  # (bound at import: the tests patch the module's)
     rows = torch.arange(p.shape[0], device=p.device)
     redo = torch.multinomial(p[rows, num_accepted], 1, generator=generator).squeeze(1)
     return num_accepted, redo

@@ -15,6 +15,7 @@ from __future__ import annotations
 import pytest
 
 from specdec.decode import batch as batch_module
+from specdec.decode import verify as verify_module
 from specdec.decode.batch import PREFILL_CHUNK, Batch
 from specdec.decode.engine import Engine, GenerationConfig
 from specdec.sampling import SamplingParams
@@ -108,8 +109,8 @@ def test_batched_rows_follow_the_target_distribution(tiny_target, draft_model, f
 
 @pytest.mark.slow
 def test_batched_rows_negative_control(tiny_target, draft_model, first_tokens_law, monkeypatch):
-    patch_chain_rule(monkeypatch, batch_module, accept_everything)
-    monkeypatch.setattr(batch_module, "tree_sample", tree_accept_first_children)
+    patch_chain_rule(monkeypatch, verify_module, accept_everything)
+    monkeypatch.setattr(verify_module, "tree_sample", tree_accept_first_children)
     assert batched_pvalue(Engine(tiny_target, drafters(tiny_target, draft_model)["draft"]), first_tokens_law) < ALPHA
 
 
@@ -131,8 +132,8 @@ def test_batched_rows_with_the_adaptive_policy_follow_the_target_distribution(ti
 @pytest.mark.slow
 def test_batched_rows_with_the_adaptive_policy_negative_control(tiny_target, draft_model, first_tokens_law,
                                                                 monkeypatch):
-    patch_chain_rule(monkeypatch, batch_module, accept_everything)
-    monkeypatch.setattr(batch_module, "tree_sample", tree_accept_first_children)
+    patch_chain_rule(monkeypatch, verify_module, accept_everything)
+    monkeypatch.setattr(verify_module, "tree_sample", tree_accept_first_children)
     assert batched_pvalue(flat_auto_engine(tiny_target, draft_model), first_tokens_law, "auto") < ALPHA
 
 

@@ -190,11 +190,44 @@ def test_ngram_1_is_accepted_as_documented(capsys, tiny_folder):
     assert result["speculative"]["drafter"] == "ngram:1-1"
 
 
+def modules_entered_again(stack: list[str]) -> list[str]:
+    """The modules a call stack (outermost first) leaves and then enters again."""
+    runs = [name for i, name in enumerate(stack) if i == 0 or stack[i - 1] != name]
+    return sorted({name for name in runs if runs.count(name) > 1})
+
+
+def test_the_drafter_spec_goes_from_the_command_line_to_the_drafter_through_each_module_once(capsys, tiny_folder,
+                                                                                             monkeypatch):
+    """`--drafter auto:suffix` from `specdec generate` to the drafter's constructor: the call stack there
+    passes each of specdec's modules once (cli → options → drafters.build → drafters.suffix), no module
+    left and entered again. Control: a stack that goes back into a module it left is caught."""
+    import inspect
+
+    from specdec.drafters import suffix
+
+    stacks = []
+    constructor = suffix.SuffixDrafter.__init__
+
+    def recording(self, *args, **kwargs):
+        stacks.append([frame.frame.f_globals.get("__name__", "") for frame in reversed(inspect.stack()[1:])])
+        constructor(self, *args, **kwargs)
+
+    monkeypatch.setattr(suffix.SuffixDrafter, "__init__", recording)
+    run_json(capsys, "generate", "t5 t9", "--model", str(tiny_folder), "--raw", "--max-new-tokens", "2",
+             "--drafter", "auto:suffix")
+    [stack] = stacks
+    ours = [name for name in stack if name.startswith("specdec")]
+    assert ours[0] == "specdec.cli" and ours[-1] == "specdec.drafters.suffix", ours
+    assert modules_entered_again(ours) == [], ours
+    assert modules_entered_again(["specdec.cli", "specdec.drafters", "specdec.drafters.build", "specdec.drafters",
+                                  "specdec.drafters.suffix"]) == ["specdec.drafters"]
+
+
 @pytest.mark.parametrize("command", ["generate", "chat", "costs", "serve", "explain", "bench", "load-test"])
 def test_drafter_help_names_every_drafter(capsys, command):
     """Every command that takes --drafter names every kind of the one list (eagle3 and eagle3-chain were
     missing from all of them); a command without --drafter is skipped, not passed."""
-    from specdec.drafter_kinds import DRAFTER_KINDS
+    from specdec.drafters.spec import DRAFTER_KINDS
 
     with pytest.raises(SystemExit):
         main([command, "--help"])

@@ -247,8 +247,9 @@ def test_proposals_observed_are_recorded_and_the_draft_costs_stay_as_measured():
 
 def test_drift_is_reported_beyond_its_bound_over_enough_rounds():
     """4-token rounds that cost 2× what the table's shape says beside plain rounds, over
-    DRIFT_MIN_ROUNDS rounds: the table has drifted. Controls: one round fewer, or 1.4× (within
-    DRIFT_BOUND), is no drift."""
+    DRIFT_MIN_ROUNDS rounds: the table has drifted, and so has a drafter 3× dearer than measured.
+    Controls: one round fewer, or 1.4× (within DRIFT_BOUND), is no drift; nor is a drafter 3× dearer
+    whose proposals cost under DRIFT_NEGLIGIBLE of a one-token pass all the same."""
     from specdec.control.cost_model.model import DRIFT_BOUND
 
     def after(rounds: int, factor: float) -> list[str]:
@@ -267,6 +268,11 @@ def test_drift_is_reported_beyond_its_bound_over_enough_rounds():
         costs.observe_round(1, 1.0)
         costs.observe_draft("draft", 1, 0.3)  # 3× its measured cost, beside passes as measured
     assert costs.drift() == ["draft's drafting cost 3.00× what the table says beside the passes"]
+    cheap = CostModel({1: 1.0}, {"head": DraftCost(0.0, 0.005)})  # a proposal: 0.5% of a one-token pass
+    for _ in range(DRIFT_MIN_ROUNDS):
+        cheap.observe_round(1, 1.0)
+        cheap.observe_draft("head", 4, 3 * 0.02)  # 3× the table, but 4% of a pass: no prediction moves
+    assert cheap.drift() == []
 
 
 def test_a_drifted_table_is_dropped_from_the_cache_once(tiny_target, costs_dir, capsys):

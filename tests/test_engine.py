@@ -3,7 +3,7 @@
 Whole-generation distribution test: the target samples with temperature 1 and top-k = 3, so the
 first 4 new tokens have 3^4 = 81 possible values, whose exact probabilities come from the target by
 enumeration (40 forward passes). 3,000 seeded generations of 4 tokens are run with plain sampling,
-with each drafter kind `--drafter` takes (`whole_runs.SPECULATIVE_KINDS`, from `specdec.drafter_kinds`:
+with each drafter kind `--drafter` takes (`whole_runs.SPECULATIVE_KINDS`, from `specdec.drafters.spec`:
 prompt lookup, the draft model, early exit, suffix drafting, EAGLE and EAGLE-3 heads as chains and
 as trees, Medusa heads as a static tree; γ = 3), and with the adaptive policy
 choosing among all of them and γ each round ("auto"), and each histogram is compared with the
@@ -24,12 +24,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec.decode import batch as batch_module
+from specdec.decode import verify as verify_module
 from specdec.control.cost_model import CostModel, DraftCost
 from specdec.control.policy import AdaptivePolicy
 from specdec.drafters import DraftModelDrafter, EarlyExitDrafter, PromptLookupDrafter
 from specdec.drafters.suffix import SuffixDrafter
-from specdec.decode.batch import TextAssembler
+from specdec.decode.text import TextAssembler
 from specdec.decode.engine import Engine, GenerationConfig
 from specdec.records.trace import ACCEPTED
 from specdec.errors import SpecdecError
@@ -269,7 +269,7 @@ def test_a_chain_that_stops_by_its_confidence_follows_the_target_distribution(ti
 @pytest.mark.slow
 def test_a_chain_that_stops_by_its_confidence_negative_control(tiny_target, draft_model, first_tokens_law,
                                                                monkeypatch):
-    patch_chain_rule(monkeypatch, batch_module, accept_everything)
+    patch_chain_rule(monkeypatch, verify_module, accept_everything)
     assert sampled_pvalue(confident_chain(tiny_target, draft_model), first_tokens_law, "auto") < ALPHA
 
 
@@ -291,16 +291,16 @@ def test_whole_generations_with_the_adaptive_policy_follow_the_target_distributi
 @pytest.mark.slow
 def test_whole_generations_with_the_adaptive_policy_negative_control(tiny_target, draft_model, first_tokens_law,
                                                                       monkeypatch):
-    patch_chain_rule(monkeypatch, batch_module, accept_everything)
-    monkeypatch.setattr(batch_module, "tree_sample", tree_accept_first_children)
+    patch_chain_rule(monkeypatch, verify_module, accept_everything)
+    monkeypatch.setattr(verify_module, "tree_sample", tree_accept_first_children)
     assert sampled_pvalue(auto_engine(tiny_target, draft_model), first_tokens_law, "auto") < ALPHA
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", SPECULATIVE_KINDS)
 def test_whole_generations_negative_control(tiny_target, draft_model, first_tokens_law, kind, monkeypatch):
-    patch_chain_rule(monkeypatch, batch_module, accept_everything)
-    monkeypatch.setattr(batch_module, "tree_sample", tree_accept_first_children)
+    patch_chain_rule(monkeypatch, verify_module, accept_everything)
+    monkeypatch.setattr(verify_module, "tree_sample", tree_accept_first_children)
     drafter = drafters(tiny_target, draft_model)[kind]
     assert sampled_pvalue(Engine(tiny_target, drafter), first_tokens_law) < ALPHA
 
@@ -320,8 +320,8 @@ def test_whole_generations_with_top_p_follow_the_target_distribution(tiny_target
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", TOP_P_KINDS)
 def test_whole_generations_with_top_p_negative_control(tiny_target, draft_model, top_p_law, kind, monkeypatch):
-    patch_chain_rule(monkeypatch, batch_module, accept_everything)
-    monkeypatch.setattr(batch_module, "tree_sample", tree_accept_first_children)
+    patch_chain_rule(monkeypatch, verify_module, accept_everything)
+    monkeypatch.setattr(verify_module, "tree_sample", tree_accept_first_children)
     drafter = drafters(tiny_target, draft_model)[kind]
     assert sampled_pvalue(Engine(tiny_target, drafter), top_p_law, setting=TOP_P_LAW) < ALPHA
 
@@ -350,6 +350,6 @@ def test_whole_generations_negative_control_resampling_from_p(tiny_target, draft
     its own wrong tree rules); and the adaptive policy's runs showed no detectable change (p from
     0.00076 to 0.88 over 10 seed blocks, noncentrality about 1).
     """
-    patch_chain_rule(monkeypatch, batch_module, residual_from_p)
+    patch_chain_rule(monkeypatch, verify_module, residual_from_p)
     drafter = drafters(tiny_target, draft_model)[kind]
     assert sampled_pvalue(Engine(tiny_target, drafter), first_tokens_law) < ALPHA

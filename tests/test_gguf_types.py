@@ -180,6 +180,25 @@ def test_small_files_of_real_shapes_load_and_generate(tmp_path, tokenizer_gguf, 
     assert Engine(again).generate(ids, settings).token_ids == plain.token_ids
 
 
+def test_qwen3_layers_run_in_one_call_with_their_q_and_k_norms(tmp_path, tokenizer_gguf, monkeypatch):
+    """Qwen3's q and k norms run inside the fused layers (`decoder_layers`, one call a pass), bit for bit
+    as the layer-by-layer path runs them. Control: the fused call with the norms left out differs."""
+    from specdec.runtime import load_model
+
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "cache"))
+    net = load_model(str(write_gguf(tmp_path / "qwen3.gguf", SMALL["qwen3-0.6b"], "Q8_0", tokenizer_gguf))).net
+    weights = net._fused_layer_weights()
+    assert weights is not None and weights[10].numel() == net.config.head_dim  # the fused path, with the norms
+    ids = torch.arange(100, 140)[None]
+    fused = net.forward(ids, net.new_cache(64))
+    monkeypatch.setattr(type(net), "_fused_layer_weights", lambda self: None)
+    layered = net.forward(ids, net.new_cache(64))
+    assert torch.equal(fused, layered)
+    unnormed = [torch.empty(0) if i % 12 in (10, 11) else w for i, w in enumerate(weights)]
+    monkeypatch.setattr(type(net), "_fused_layer_weights", lambda self: unnormed)
+    assert not torch.equal(net.forward(ids, net.new_cache(64)), fused)
+
+
 def test_a_copy_installed_anew_finds_the_folder_made_for_its_content(tmp_path, tokenizer_gguf, monkeypatch, capsys):
     import os
     import shutil

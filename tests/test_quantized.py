@@ -30,7 +30,7 @@ from specdec.runtime import load_model
 from specdec.runtime.llama import Segment
 from specdec.runtime.loading import builtin_gguf_path
 from specdec.runtime.gguf_model import GgufTensors
-from specdec.runtime.quant import QuantizedLinear, pack_gguf_tensors, quantize_int4, quantize_int8
+from specdec.runtime.quant import PACKED_GGUF_TYPES, QuantizedLinear, pack_gguf_tensors, quantize_int4, quantize_int8
 from specdec.tree import TokenTree, tree_inputs
 from tests.kernel_checks import check_layer_recipe, on_generic_build
 from tests.tolerances import decoder_sums, max_difference, round_off
@@ -55,6 +55,18 @@ def _dequantized(tensors, name: str) -> torch.Tensor:
 def _layer(tensors, name: str, order=None) -> QuantizedLinear:
     kind = tensors.type_of(name)
     return QuantizedLinear.from_packed([pack_gguf_tensors([tensors.raw(name)], [kind], [order])], [kind])
+
+
+def test_the_packed_types_are_the_kernels_own_list():
+    """runtime/quant.py's packed GGUF types are the ones the compiled `pack_gguf` lists, so the Python
+    list cannot drift from the kernels; a type outside it is refused by the kernels (the control)."""
+    from specdec.runtime.kernels import invariant_kernels
+
+    kernels = invariant_kernels()
+    assert kernels is not None
+    assert sorted(kernels.packed_gguf_types()) == sorted(PACKED_GGUF_TYPES)
+    with pytest.raises(RuntimeError, match="no packing for GGUF type IQ4_NL"):
+        kernels.pack_gguf([torch.zeros(16, 18, dtype=torch.uint8)], ["IQ4_NL"], [torch.arange(16)])
 
 
 @pytest.mark.parametrize("name", ["blk.3.ffn_down.weight", "blk.0.attn_v.weight", "token_embd.weight"])

@@ -175,3 +175,16 @@ def test_the_readme_library_snippet_runs(capsys, tiny_chat_model):
     assert small.count("max_new_tokens=8") == 2, "the snippet's configs changed: update this test"
     exec(compile(small, str(README), "exec"), {"__name__": "readme"})
     assert capsys.readouterr().out.strip()
+
+
+def test_the_drafter_table_lists_every_kind_the_parser_takes():
+    """The README's `--drafter` table is the parser's table (drafters/spec.py): every kind, as its
+    syntax reads, and nothing else."""
+    from specdec.drafters.spec import DRAFTER_KINDS
+
+    text = README.read_text()
+    table = text[text.index("| drafter | what proposes the tokens |"):]
+    table = table[:table.index("\n\n")]
+    listed = set(re.findall(r"`([a-z0-9-]+(?::[A-Z]+|\[:[A-Z,.]+\])?)`", table))
+    assert listed == set(DRAFTER_KINDS)
+

@@ -26,7 +26,7 @@ from openai import OpenAI
 
 from live_server import MODEL, PROMPT, LiveServer, free_port, make_service, post, wait_for
 from specdec.cli import main
-from specdec.serve.load_test import run_load_test, speculation_setting
+from specdec.loadtest.client import run_load_test, speculation_setting
 from specdec.serve.scheduler import Scheduler, ServerBusy
 
 

@@ -79,7 +79,7 @@ def test_a_row_whose_cache_overflows_fails_alone(tiny_target):
     alone = engine.generate(PROMPTS[0], config).token_ids
     batch = Batch(tiny_target)
     kept, broken = engine.row(PROMPTS[0], config), engine.row(PROMPTS[1], config)
-    broken.cache.max_len = len(PROMPTS[1]) + 2  # room for the prompt and two more tokens only
+    broken.cache.max_len = broken.full_slots = len(PROMPTS[1]) + 2  # room for the prompt and two more tokens only
     batch.add(kept)
     batch.add(broken)
     errors = []
@@ -291,3 +291,58 @@ def test_an_8b_models_rows_and_what_the_start_up_line_says():
     assert "(4k tokens: 15)" in line and "--prefix-cache" not in line
     service.prefix_cache = SimpleNamespace(max_bytes=1 << 30)
     assert memory_line(service).endswith("; 1.00 GiB kept for prompts that begin alike (--prefix-cache)")
+
+
+@pytest.mark.parametrize("recompute", [True, False])
+def test_rows_preempted_for_memory_recompute_and_answer_as_alone(tiny_target, monkeypatch, recompute):
+    """Three requests whose caches grow (in steps of 16 slots here) past a budget that holds one whole
+    row and a little: the rows that joined last are preempted as the others grow, wait, recompute their
+    caches and go on. No request is lost, and each answer is the one it gets alone: plain greedy, prompt
+    lookup sampled with a seed at a fixed γ, and an EAGLE chain (whose head reads the target's features,
+    which a recomputed cache must not give it twice). Control (`recompute` False): a preemption that
+    frees the cache and goes on without filling it again changes the answers."""
+    import asyncio
+
+    from random_heads import random_eagle_head
+
+    from specdec.decode import batch as batch_module
+    from specdec.drafters.eagle import EagleDrafter
+    from specdec.sampling import SamplingParams
+
+    monkeypatch.setattr(batch_module, "CACHE_STEP", 16)
+    if not recompute:
+        def forgetful(row):
+            row.cache.release()  # the memory given back, but nothing recomputed: decoding goes on from slot 0
+        monkeypatch.setattr(batch_module.Row, "preempt", forgetful)
+    slot = cache_bytes_per_slot(tiny_target.net)
+    requests = [
+        (Engine(tiny_target), PROMPTS[0], GenerationConfig(max_new_tokens=60, ignore_eos=True)),
+        (Engine(tiny_target, [PromptLookupDrafter(max_ngram=3, min_ngram=1)]), PROMPTS[1],
+         GenerationConfig(max_new_tokens=60, gamma=3, ignore_eos=True, sampling=SamplingParams(temperature=1.0, seed=3))),
+        (Engine(tiny_target, [EagleDrafter(tiny_target, random_eagle_head(tiny_target))]), PROMPTS[2],
+         GenerationConfig(max_new_tokens=60, gamma=3, ignore_eos=True)),
+    ]
+    alone = [engine.generate(prompt, config).token_ids for engine, prompt, config in requests]
+    largest = max(batch_module.cache_slots(len(prompt) + config.max_new_tokens, engine.drafters)
+                  for engine, prompt, config in requests) * slot
+
+    async def scenario():
+        scheduler = scheduler_module.Scheduler(max_pending=8, max_batch=4, memory_budget=largest + 32 * slot)
+        jobs = [scheduler.submit(engine, prompt, config, cache_bytes=largest, first_bytes=16 * slot)
+                for engine, prompt, config in requests]
+        outputs = []
+        for job in jobs:
+            tokens = []
+            while (update := await asyncio.wait_for(job.updates.get(), 60)).stats is None:
+                assert update.error is None, update.error
+                tokens += [t for piece in update.pieces for t in piece.token_ids]
+            outputs.append(tokens + [t for piece in update.pieces for t in piece.token_ids])
+        scheduler.close()
+        return outputs, scheduler.preemptions
+
+    outputs, preemptions = asyncio.run(scenario())
+    assert preemptions >= 1 and all(len(tokens) == 60 for tokens in outputs)
+    if recompute:
+        assert outputs == alone
+    else:
+        assert outputs != alone

@@ -139,13 +139,13 @@ def test_run_summary_with_a_drafter_in_a_deep_folder_fits(tmp_path):
     in a row: both wrap within 80 columns, whole, not cut with an ellipsis."""
     from rich.console import Console
 
-    from specdec.cli import _summary
+    from specdec.commands.show import summary
 
     drafter = f"draft:{tmp_path / DEEP / 'tiny-draft'}"
     assert len(drafter) > 80
     buffer = io.StringIO()
     stats = GenerationStats(drafter, new_tokens=10, target_passes=4, drafted=9, accepted=6)
-    _summary(stats, Console(file=buffer, soft_wrap=True), title=f"speculative ({drafter}, γ = auto)")
+    summary(stats, Console(file=buffer, soft_wrap=True), title=f"speculative ({drafter}, γ = auto)")
     text = buffer.getvalue()
     assert wide_lines(text) == [] and "…" not in text
     assert squashed(text).startswith(squashed(f"speculative ({drafter}, γ = auto)"))

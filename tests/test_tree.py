@@ -18,7 +18,8 @@ import torch
 from specdec.runtime import load_model
 from specdec.sampling import SamplingParams, logits_to_probs
 from specdec.tree import TokenTree, from_paths, kept_slots, tree_inputs
-from specdec.decode.verify import tree_sample, tree_sample_reference, verify_tree_greedy
+from specdec.decode.verify import tree_sample, verify_tree_greedy
+from reference_verify import tree_sample_reference
 from stat_helpers import ALPHA, gof_pvalue
 from tolerances import decoder_sums, law_normalisation_error, max_difference, round_off
 

@@ -107,7 +107,8 @@ def test_the_shipped_heads_fit_the_default_model_and_its_twin_and_auto_takes_the
     `auto` on the twin drafts with the shipped EAGLE-3 head as on the default model, and `eagle3`
     without a path finds it. Control: a file of the default model's shape with random weights fits
     none, and `auto` leaves the head out."""
-    from specdec.drafters import SHIPPED_HEADS, auto_drafter_specs, build_drafters
+    from specdec.drafters.build import auto_drafter_specs, build_drafters
+    from specdec.heads.shipped import SHIPPED_HEADS
     from specdec.heads.files import fits
     from specdec.runtime.gguf_synthetic import Shape, write_gguf
 
@@ -117,12 +118,12 @@ def test_the_shipped_heads_fit_the_default_model_and_its_twin_and_auto_takes_the
     twin = loaded(write_twin(tmp_path / "twin.gguf", default_gguf, WIDER))
     for model in (default, twin):
         assert all(fits(head, model) for head in heads)
-        assert auto_drafter_specs(model) == ["suffix", "early:7", "eagle3"]
+        assert [str(spec) for spec in auto_drafter_specs(model)] == ["suffix", "early:7", "eagle3"]
     assert [d.name for d in build_drafters("eagle3-chain", twin)] == ["eagle3-chain"]
 
     shape = Shape("llama", 30, 576, 1536, 9, 3, rope_theta=100000.0)
     stranger = loaded(write_gguf(tmp_path / "random.gguf", shape, "Q8_0", default_gguf))
     assert not any(fits(head, stranger) for head in heads)
-    assert auto_drafter_specs(stranger) == ["suffix", "early:7"]
+    assert [str(spec) for spec in auto_drafter_specs(stranger)] == ["suffix", "early:7"]
     with pytest.raises(ConfigError, match="no shipped eagle3 head fits"):
         build_drafters("eagle3", stranger)

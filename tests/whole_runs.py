@@ -1,5 +1,5 @@
 """What the engine's and the batch's whole-run tests share: the prompt, the drafters (one of each kind
-in `specdec.drafter_kinds`, on the tiny models), a fixed cost model, and the exact law of the first
+in `specdec.drafters.spec`, on the tiny models), a fixed cost model, and the exact law of the first
 tokens a sampled run gives (top-k 3 over 4 tokens, or top-p 0.8 over 3), with the goodness-of-fit
 test of observed runs against it."""
 
@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from specdec.control.cost_model import CostModel, DraftCost
-from specdec.drafter_kinds import kind_names
+from specdec.drafters.spec import kind_names
 from specdec.drafters import (DraftModelDrafter, EagleDrafter, EarlyExitDrafter, MedusaDrafter, PromptLookupDrafter,
                               SuffixDrafter)
 from specdec.decode.engine import Engine

@@ -36,7 +36,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from specdec.drafter_kinds import check_drafter_spec, drafter_help
+from specdec.drafters.spec import drafter_help, parse_drafter_spec
 from specdec.errors import SpecdecError
 from specdec.terminal import plural
 
@@ -120,8 +120,8 @@ def _check(args) -> None:
         raise SpecdecError(f"--repeats must be >= 1, got {args.repeats}")
     if args.per_category is not None and args.per_category < 1:
         raise SpecdecError(f"--per-category must be >= 1, got {args.per_category}")
-    for text in args.drafter or []:  # a misspelled drafter fails before the model and prompts load
-        check_drafter_spec(text.partition("@")[0])
+    # each --drafter SPEC[@G1,G2] parsed once: a misspelled drafter fails before the model and prompts load
+    args.drafter_choices = {text: parse_drafter_spec(text.partition("@")[0]) for text in args.drafter or ["ngram"]}
     args.local = not args.endpoint or args.drafter is not None
     if not args.local and (args.assistant or args.baseline):
         raise SpecdecError("--assistant and --baseline run beside this project's decoding, which --endpoint alone "
@@ -155,7 +155,7 @@ def build_methods(args, target, console, failures: dict[str, str]) -> dict[float
 
     from specdec.bench.methods import SpecdecMethod
     from specdec.bench.metrics import LLAMA_CPP
-    from specdec.drafters import build_drafters
+    from specdec.drafters.build import build_drafters
     from specdec.decode.engine import Engine
     from specdec.runtime import load_model
     from specdec.runtime.loading import float_weights_folder
@@ -170,7 +170,7 @@ def build_methods(args, target, console, failures: dict[str, str]) -> dict[float
         for gamma in gammas:
             # one row per (drafter, γ); a bare spec is γ = auto (the targets check those rows)
             name = spec if gamma == "auto" and len(gammas) == 1 else f"{spec} γ={gamma}"
-            engine = Engine(target, build_drafters(spec, target, device=args.device, dtype=args.dtype, runtime=args.runtime))
+            engine = Engine(target, build_drafters(args.drafter_choices[text], target, device=args.device, dtype=args.dtype, runtime=args.runtime))
             ours.append(SpecdecMethod(name, engine, gamma, ignore_eos=args.ignore_eos))
     with console.status("reading the cost model (measuring it on this machine the first time)"):
         for method in ours:

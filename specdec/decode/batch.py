@@ -42,6 +42,7 @@ from specdec.drafters.base import Draft, Drafter, Features, feature_layers
 from specdec.errors import SpecdecError
 from specdec.control.policy import FixedPolicy, AdaptivePolicy, RoundPlan
 from specdec.decode.prefix_cache import PrefixCache, joined
+from specdec.decode.text import Piece, TextAssembler
 from specdec.runtime.kv_cache import StaticKVCache
 from specdec.runtime.llama import Segment
 from specdec.runtime.tokenizer import IncrementalDetokenizer
@@ -49,7 +50,7 @@ from specdec.sampling import SamplingParams, argmax, logits_to_probs, sample
 from specdec.records.stats import GenerationStats
 from specdec.records.trace import ACCEPTED, BONUS, CORRECTED, TARGET, RoundTrace, trace_round, trace_tree_round
 from specdec.tree import TokenTree, kept_slots, tree_inputs
-from specdec.decode.verify import point_mass_sample, speculative_sample, tree_sample, verify_greedy, verify_tree_greedy
+from specdec.decode.verify import Verdict, verify_round
 
 PLAIN_ROUND = RoundPlan(None, 0, 1.0, "no drafter")
 PREFILL = RoundPlan(None, 0, 1.0, "the prefill: one pass over the prompt gives the first token")
@@ -74,74 +75,12 @@ def cache_slots(max_len: int, drafters: list[Drafter]) -> int:
 
 
 @dataclass
-class Piece:
-    text: str
-    token_ids: list[int]
-    kind: str  # TARGET, ACCEPTED, CORRECTED or BONUS
-
-
-@dataclass
 class StreamEvent:
     pieces: list[Piece]  # what the prefill or this round committed, in order
     stats: GenerationStats  # the run's statistics so far (one object, updated as the run goes)
     done: bool = False
     rounds: list[RoundTrace] = field(default_factory=list)  # with config.trace: the records of these rounds
     error: Exception | None = None  # the row failed (and left the batch): its drafting, pass or commit raised this
-
-
-class TextAssembler:
-    """Committed ids → text pieces, cut at the first stop string, holding back a possible prefix of one.
-
-    Text already emitted never ends in a proper prefix of a stop string (that much is held back), so a
-    stop string can only begin in the held text or the new piece: the search looks there alone."""
-
-    def __init__(self, detokenizer: IncrementalDetokenizer, stop: tuple[str, ...]) -> None:
-        self.detokenizer = detokenizer
-        self.stop = stop
-        self.pieces: list[str] = []  # all text emitted so far
-        self.held = ""  # decoded, not yet emitted: it may begin a stop string
-        self.stopped = False
-
-    @property
-    def text(self) -> str:
-        return "".join(self.pieces)
-
-    def push(self, token_id: int) -> str:
-        return self._emit(self.detokenizer.push([token_id]), final=False)
-
-    def finish(self) -> str:
-        if self.stopped:
-            return ""
-        return self._emit(self.detokenizer.flush(), final=True)
-
-    def _emit(self, new: str, final: bool) -> str:
-        buffer = self.held + new
-        if not self.stop:
-            end = len(buffer)
-        else:
-            hits = [i for i in (buffer.find(s) for s in self.stop) if i >= 0]
-            if hits:
-                end = min(hits)
-                self.stopped = True
-            elif final:
-                end = len(buffer)
-            else:
-                end = len(buffer) - _longest_stop_prefix(buffer, self.stop)
-        piece, self.held = buffer[:end], ("" if self.stopped else buffer[end:])
-        if piece:
-            self.pieces.append(piece)
-        return piece
-
-
-def _longest_stop_prefix(text: str, stops: tuple[str, ...]) -> int:
-    """Length of the longest suffix of `text` that is a proper prefix of some stop string."""
-    best = 0
-    for stop in stops:
-        for n in range(min(len(stop) - 1, len(text)), best, -1):
-            if text.endswith(stop[:n]):
-                best = n
-                break
-    return best
 
 
 @dataclass
@@ -180,7 +119,15 @@ class Row:
         self.tokens = list(prompt_ids)
         self.generated = 0
         self.done = False
-        self.cache = target.net.new_cache(cache_slots(self.max_len, drafters))
+        self.full_slots = cache_slots(self.max_len, drafters)  # the most its target cache ever holds
+        # slots a decoding round may add (or an early-exit drafter write): the last committed token and the
+        # largest draft, chain or tree
+        fixed = config.gamma if isinstance(config.gamma, int) else 0
+        self.round_slots = 1 + max(config.max_gamma, fixed, max((d.max_nodes for d in drafters), default=0))
+        self.cache = target.net.new_cache(self._slots_for(min(len(prompt_ids), PREFILL_CHUNK)))  # grows with the row
+        self.prefill_end = len(prompt_ids)  # the cache is filled by prefill up to here (after a preemption: the
+        # committed tokens but the last)
+        self.features_given = 0  # tokens whose features the readers (and kept_features) hold
         for drafter in drafters:
             drafter.begin(self.prompt_ids, self.max_len, self.cache)
         self.prefix_cache = prefix_cache if isinstance(self.cache, StaticKVCache) else None  # the lean runtime's
@@ -199,7 +146,30 @@ class Row:
 
     @property
     def prefilling(self) -> bool:
-        return self.cache.length < len(self.prompt_ids)
+        return self.cache.length < self.prefill_end
+
+    def _slots_for(self, tokens: int) -> int:
+        """The cache's size for `tokens` tokens: a multiple of CACHE_STEP, at most the row's whole need."""
+        return min(self.full_slots, -(-tokens // CACHE_STEP) * CACHE_STEP)
+
+    def slots_next_round(self) -> int:
+        """The slots the target cache must have for this row's next round (the next prompt chunk, or a
+        decoding round's largest segment)."""
+        if self.prefilling:
+            return self._slots_for(min(self.prefill_end, self.cache.length + PREFILL_CHUNK))
+        return self._slots_for(self.cache.length + self.round_slots)
+
+    def bytes_next_round(self) -> int:
+        """The memory the target cache holds once grown for the next round."""
+        return max(self.cache.nbytes, self.slots_next_round() * self.cache.slot_bytes())
+
+    def preempt(self) -> None:
+        """Give the target cache's memory back (a server needs it for older requests). When the row is
+        in a batch again it fills the cache anew by prefilling its committed tokens but the last (or,
+        before its first token, its prompt), without logits and without giving the readers features
+        they have: the kernels give every recomputed slot the bits it had, so the output is unchanged."""
+        self.cache.release()
+        self.prefill_end = len(self.tokens) - 1 if self.generated else len(self.prompt_ids)
 
     def _reuse_prefix(self) -> int:
         """Start from the longest beginning of the prompt that the prefix cache holds: its slots copied
@@ -208,12 +178,10 @@ class Row:
         length, entry = self.prefix_cache.lookup(self.prompt_ids, layers)
         if not length:
             return 0
+        self.cache.grow(self._slots_for(length))
         self.cache.copy_from(entry.cache, length)
         if self.readers:
-            features = entry.features.rows(slice(0, length))
-            self.kept_features.append(features)
-            for reader in self.readers:
-                reader.accept_features(features.for_drafter(reader))
+            self._give_features(entry.features.rows(slice(0, length)))
         return length
 
     def _keep_prefix(self) -> None:
@@ -227,6 +195,7 @@ class Row:
     def plan_and_draft(self, rows: int) -> None:
         """Choose this round's drafter and γ with `rows` rows sharing the pass, and draft."""
         t0 = time.perf_counter()
+        self.cache.grow(self.slots_next_round())  # (a drafter on the target's cache drafts into it)
         room = self.token_budget - self.generated - 1  # draft tokens this request can still use
         proposals = {}  # the lookups' proposals, which the policy weighs before choosing
         if self.policy and room > 0:
@@ -258,29 +227,36 @@ class Row:
         device = self.target.net.device
         if self.prefilling:
             start = self.cache.length
-            end = min(len(self.prompt_ids), start + prefill_budget)
+            end = min(self.prefill_end, start + prefill_budget)
             if end <= start:
                 return None
-            self.cache.reserve(end - start)  # checked per row here, before the pass that all rows share
-            return Work(self.prompt_ids[start:end], Segment(self.cache, end - start), int(end == len(self.prompt_ids)), True)
+            self._reserve(end - start)  # checked per row here, before the pass that all rows share
+            first_token = end == self.prefill_end and not self.generated  # (a recomputed cache needs no logits)
+            return Work(self.tokens[start:end], Segment(self.cache, end - start), int(first_token), True)
         self.committed_len = self.cache.length
         if self.draft.parents is None:
             ids = [self.tokens[-1], *self.draft.tokens]  # [k + 1]
-            self.cache.reserve(len(ids))
+            self._reserve(len(ids))
             return Work(ids, Segment(self.cache, len(ids)), len(ids))
         self.tree = TokenTree(self.draft.tokens, self.draft.parents)
         ids, positions, mask = tree_inputs(self.tree, self.tokens[-1], self.committed_len, device)  # [1, N+1], ...
-        self.cache.reserve(ids.shape[1])
+        self._reserve(ids.shape[1])
         return Work(ids[0].tolist(), Segment(self.cache, ids.shape[1], positions[0], mask), ids.shape[1])
+
+    def _reserve(self, tokens: int) -> None:
+        """Room for `tokens` more in the target cache: it grows if need be, within the row's whole need
+        (past that, `reserve` says so)."""
+        self.cache.grow(self._slots_for(self.cache.length + tokens))
+        self.cache.reserve(tokens)
 
     # 4. accept, 5. commit, 6. record
     def finish_prefill(self, logits: torch.Tensor | None, features: Features | None) -> None:
         """After a prompt chunk: its features to the drafters that read them; after the last chunk
         (logits [1, V]) the first new token, streamed at once (time to first token)."""
-        for reader in self.readers:  # every prompt token is committed: its feature goes to the readers
-            reader.accept_features(features.for_drafter(reader))
-        if self.prefix_cache is not None and self.readers:
-            self.kept_features.append(features)
+        if self.readers:  # every prompt token is committed: its feature goes to the readers (once)
+            start = self.cache.length - features.final.shape[0]  # the chunk's first slot
+            if self.cache.length > self.features_given:
+                self._give_features(features.rows(slice(self.features_given - start, None)))
         if logits is None:
             return
         first = _pick(logits, self.params, self.generator)
@@ -294,49 +270,39 @@ class Row:
     def accept(self, logits: torch.Tensor, features: Features | None, pass_seconds: float) -> None:
         """logits [k+1, V] (a tree: [N+1, V]) and the features of the row's segment's k+1 tokens (or None)."""
         t1 = time.perf_counter()
-        draft, params = self.draft, self.params
+        draft = self.draft
         details = {} if self.config.trace else None  # the draws and the residual, for the trace
-        p = None
-        if self.tree is None:
-            if not params.greedy and draft.q is None and draft.tokens:  # a lookup's point mass: p is computed
-                # only at the positions the test reaches
-                num_accepted, next_token = point_mass_sample(draft.tokens, logits, params, self.generator, details)
-            else:
-                draft_ids = torch.tensor([draft.tokens], device=logits.device, dtype=torch.long)  # [1, k]
-                if params.greedy:
-                    num_accepted, next_token = verify_greedy(draft_ids, logits[None])
-                else:
-                    p = logits_to_probs(logits[None], params)  # [1, k+1, V]
-                    q = None if draft.q is None else draft.q[None]  # [1, k, V]
-                    num_accepted, next_token = speculative_sample(draft_ids, p, q, self.generator, details)
-            n = int(num_accepted)
-            accepted_tokens, full = draft.tokens[:n], n == len(draft)
-            self.cache.truncate(self.committed_len + 1 + n)  # keep the last committed token and the accepted drafts
-            kept, path = slice(0, n + 1), list(range(n))
-        else:  # a token tree: a walk down the tree and a compaction
-            tree = self.tree
-            if params.greedy:
-                path, next_token = verify_tree_greedy(tree, logits)
-            else:
-                p = logits_to_probs(logits[None], params)  # [1, N+1, V]
-                walked, next_token = tree_sample(tree, p, self.generator, details)
-                path = [node for node in walked[0].tolist() if node >= 0]
-            n = len(path)
-            accepted_tokens = [tree.tokens[i] for i in path]
-            full = not tree.children(path[-1] if path else -1)  # the walk reached a leaf
-            self.cache.compact(kept_slots(self.committed_len, path))
-            kept = [0, *(i + 1 for i in path)]
-            self.tree = None
+        verdict = verify_round(draft.tokens, draft.q, self.tree, logits, self.params, self.generator, details)
+        kept = self._keep_accepted(verdict.path)
         if self.readers:  # their features are now those of committed tokens
-            kept_features = features.rows(kept)
-            for reader in self.readers:
-                reader.accept_features(kept_features.for_drafter(reader))
-            if self.prefix_cache is not None:
-                self.kept_features.append(kept_features)
-        kinds = [ACCEPTED] * n + [TARGET if not draft.tokens else BONUS if full else CORRECTED]
-        pieces = self._commit(accepted_tokens + [int(next_token)], kinds)
-        verify_seconds = pass_seconds + time.perf_counter() - t1
-        # 6. record
+            self._give_features(features.rows(kept))
+        n = len(verdict.path)
+        kinds = [ACCEPTED] * n + [TARGET if not draft.tokens else BONUS if verdict.full else CORRECTED]
+        pieces = self._commit([draft.tokens[i] for i in verdict.path] + [verdict.next_token], kinds)
+        self._record(verdict, kinds, pieces, logits, details, pass_seconds + time.perf_counter() - t1)
+
+    def _keep_accepted(self, path: list[int]) -> slice | list[int]:
+        """The cache keeps the last committed token and the accepted drafts (a chain: its length moves
+        back; a tree: its accepted nodes' slots are compacted). Returns their rows in the segment."""
+        if self.tree is None:
+            self.cache.truncate(self.committed_len + 1 + len(path))
+            return slice(0, len(path) + 1)
+        self.cache.compact(kept_slots(self.committed_len, path))
+        self.tree = None
+        return [0, *(i + 1 for i in path)]
+
+    def _give_features(self, features: Features) -> None:
+        """The features of newly committed tokens to the drafters that read them (and the prefix cache)."""
+        self.features_given += features.final.shape[0]
+        for reader in self.readers:
+            reader.accept_features(features.for_drafter(reader))
+        if self.prefix_cache is not None:
+            self.kept_features.append(features)
+
+    def _record(self, verdict: Verdict, kinds: list[str], pieces: list[Piece], logits: torch.Tensor,
+                details: dict | None, verify_seconds: float) -> None:
+        """6. record: the policy's feedback, the statistics and (asked for) the round's trace."""
+        draft, n = self.draft, len(verdict.path)
         depth = draft.depth  # draft positions: a chain's length, a tree's depth ("drafted")
         if self.policy:
             self.policy.observe(self.plan, depth, n, draft.match_length, draft.confidence, self.caught_up,
@@ -346,8 +312,8 @@ class Row:
                                 gamma=self.plan.gamma, committed=len(pieces), draft_seconds=self.draft_seconds,
                                 verify_seconds=verify_seconds)
         if self.config.trace:
-            self.rounds.append(self._trace(self.stats.rounds, self.plan, draft, logits, None if p is None else p[0],
-                                           path, int(next_token), kinds[-1], pieces, details, self.draft_seconds,
+            self.rounds.append(self._trace(self.stats.rounds, self.plan, draft, logits, verdict.p, verdict.path,
+                                           verdict.next_token, kinds[-1], pieces, details, self.draft_seconds,
                                            verify_seconds))
 
     def _commit(self, new_tokens: list[int], kinds: list[str]) -> list[Piece]:

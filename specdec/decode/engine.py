@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from specdec.decode.batch import Batch, Piece, Row, StreamEvent
+from specdec.decode.batch import Batch, Row, StreamEvent
+from specdec.decode.text import Piece
 from specdec.decode.prefix_cache import PrefixCache
 from specdec.control.cost_model import BATCH_SIZES, CostModel, covers, drop_if_drifted, largest_pass, load_or_measure
 from specdec.drafters.base import Drafter

@@ -19,8 +19,9 @@ p_i(x_i), else draw from p_i with x_i removed, renormalised.
 Greedy verification accepts x_i while it equals argmax p_i, then emits argmax p at the first
 mismatch (or after the last draft). Ties go to the lowest id (as `torch.argmax`; `sampling.argmax`).
 
-Each function takes a batch of independent rounds (B rows; the engine passes B = 1, the statistical
-tests pass B = 200,000). `speculative_sample` is the fast path; `speculative_sample_reference` is a
+`verify_round` is the engine's entry: one row's round, chain or tree, greedy or sampled, to a `Verdict`.
+The functions below it take a batch of independent rounds (B rows; the engine passes B = 1, the statistical
+tests pass B = 200,000). `speculative_sample` is the fast path; tests/reference_verify.py holds a
 plain loop with the same random draws, tested equal to it. `point_mass_sample` is the engine's rule for
 one row's point-mass chain at T > 0: the same draws and results as `speculative_sample` over the whole
 p, but it computes p only at the positions the test reaches (at T = 1 most lookup drafts are rejected
@@ -29,10 +30,65 @@ at the first, and the processed p of the others was most of the round's acceptan
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from specdec.sampling import SamplingParams, argmax, logits_to_probs, sample
 from specdec.tree import TokenTree
+
+
+@dataclass
+class Verdict:
+    """What one row's round keeps: the accepted drafts and the target's own next token."""
+
+    path: list[int]  # the accepted drafts' indices in the draft (a chain: 0..n-1; a tree: its nodes, root down)
+    next_token: int  # the recovered token, or the bonus token where `full`
+    full: bool  # every draft position was accepted (a chain's whole draft, a tree's walk down to a leaf)
+    p: torch.Tensor | None  # [k+1, V] the target's distributions as the sampled rule computed them (None:
+    # greedy, or a point mass whose p was computed only where the test reached)
+
+
+def verify_round(draft_tokens: list[int],
+                 q: torch.Tensor | None,  # [k, V] the drafter's distributions; None: a lookup's point mass
+                 tree: TokenTree | None,  # the draft's tree (None: a chain)
+                 logits: torch.Tensor,  # [k+1, V] (a tree: [N+1, V]) the pass over the last committed token and the draft
+                 params: SamplingParams,
+                 generator: torch.Generator,
+                 details: dict | None = None,  # given: what the sampling rule drew (for traces)
+                 ) -> Verdict:
+    """One row's round, by the rule that fits it: greedy or sampled, a chain or a tree, a drafter's
+    distribution or a lookup's point mass (at T > 0 its p computed only where the test reaches)."""
+    if tree is not None:
+        return _verify_tree_round(tree, logits, params, generator, details)
+    p = None
+    if not params.greedy and q is None and draft_tokens:
+        num_accepted, next_token = point_mass_sample(draft_tokens, logits, params, generator, details)
+    else:
+        draft_ids = torch.tensor([draft_tokens], device=logits.device, dtype=torch.long)  # [1, k]
+        if params.greedy:
+            num_accepted, next_token = verify_greedy(draft_ids, logits[None])
+        else:
+            p = logits_to_probs(logits[None], params)  # [1, k+1, V]
+            num_accepted, next_token = speculative_sample(draft_ids, p, None if q is None else q[None], generator,
+                                                          details)
+    n = int(num_accepted)
+    return Verdict(list(range(n)), int(next_token), n == len(draft_tokens), None if p is None else p[0])
+
+
+def _verify_tree_round(tree: TokenTree, logits: torch.Tensor, params: SamplingParams, generator: torch.Generator,
+                       details: dict | None) -> Verdict:
+    """`verify_round` for a tree: logits [N+1, V]."""
+    if params.greedy:
+        path, next_token = verify_tree_greedy(tree, logits)
+        p = None
+    else:
+        p = logits_to_probs(logits[None], params)  # [1, N+1, V]
+        walked, next_token = tree_sample(tree, p, generator, details)
+        path = [node for node in walked[0].tolist() if node >= 0]
+        p = p[0]
+    full = not tree.children(path[-1] if path else -1)  # the walk reached a leaf
+    return Verdict(path, int(next_token), full, p)
 
 
 def verify_greedy(
@@ -121,42 +177,6 @@ def _normalised(residual: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     return torch.where(mass > 0, residual / mass.clamp(min=1e-30), p)
 
 
-def speculative_sample_reference(
-    draft_tokens: torch.Tensor,  # [B, γ]
-    p: torch.Tensor,  # [B, γ+1, V]
-    q: torch.Tensor | None,  # [B, γ, V] or None
-    generator: torch.Generator,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The same rule as `speculative_sample`, one row and one position at a time.
-
-    It consumes the generator in the same order (all uniforms first, then one `sample` call over
-    the stacked residuals) so that, seeded alike, both return identical tensors.
-    """
-    batch, gamma = draft_tokens.shape
-    uniforms = torch.rand(batch, gamma, generator=generator, device=p.device)
-    counts, residuals = [], []
-    for b in range(batch):
-        n = 0
-        residual = p[b, gamma].clone()  # bonus: all accepted
-        for i in range(gamma):
-            x = int(draft_tokens[b, i])
-            q_x = 1.0 if q is None else float(q[b, i, x])
-            if float(uniforms[b, i]) * q_x < float(p[b, i, x]):
-                n += 1
-                continue
-            q_i = torch.zeros_like(p[b, i]) if q is None else q[b, i]
-            if q is None:
-                q_i[x] = 1.0
-            residual = torch.clamp(p[b, i] - q_i, min=0)
-            residual = residual / residual.sum() if residual.sum() > 0 else p[b, i].clone()
-            break
-        counts.append(n)
-        residuals.append(residual)
-    next_token = sample(torch.stack(residuals), generator)
-    return torch.tensor(counts, device=p.device), next_token
-
-
-
 # --- token trees ---------------------------------------------------------------------------------
 #
 # A tree round scores the root (the last committed token) and N draft nodes in one pass; p[:, j] is
@@ -210,7 +230,7 @@ def tree_sample(tree: TokenTree,
                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The sampling rule above for B rounds at once. Returns (accepted [B, D] node indices along each
     row's path, -1 after its end; next_token [B]). Uniforms are drawn [depth + 1, M, B] up front, so
-    `tree_sample_reference` can consume the same draws.
+    a plain loop (tests/reference_verify.py) can consume the same draws.
 
     `details`, when given, receives per row and node what the node's test used (NaN for nodes the
     row never tested): "accept_probabilities" [B, N], r(x) = p(x) / (1 − Σ p(rejected earlier
@@ -263,36 +283,3 @@ def tree_sample(tree: TokenTree,
         details.update(accept_probabilities=accept_probabilities, uniforms=tested_uniforms,
                        tested_against=tested_against, residual=final)
     return accepted, sample(final, generator)
-
-
-def tree_sample_reference(tree: TokenTree, p: torch.Tensor,
-                          generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """`tree_sample` one row and one child at a time, consuming the same draws."""
-    batch = p.shape[0]
-    kids = tree_children_table(tree, "cpu").tolist()
-    max_depth = max(tree.depths(), default=0)
-    uniforms = torch.rand(max_depth + 1, len(kids[0]), batch, generator=generator, device=p.device)
-    paths, finals = [], []
-    for b in range(batch):
-        at, path = 0, []
-        for depth in range(max_depth + 1):
-            r = p[b, at].clone()
-            chosen = None
-            for j, child in enumerate(kids[at]):
-                if child < 0:
-                    break
-                x = tree.tokens[child - 1]
-                if float(uniforms[depth, j, b]) < float(r[x]):
-                    chosen = child
-                    break
-                r[x] = 0.0
-                r = r / r.sum().clamp(min=1e-30)
-            if chosen is None:
-                finals.append(r)
-                break
-            path.append(chosen - 1)
-            at = chosen
-        paths.append(path + [-1] * (max(1, max_depth) - len(path)))
-    next_token = sample(torch.stack(finals), generator)
-    return torch.tensor(paths, device=p.device), next_token
-

@@ -11,8 +11,9 @@ from __future__ import annotations
 import torch
 
 from specdec.drafters.base import Draft, Drafter, draft_chain
+from specdec.drafters.spec import DrafterSpec
 from specdec.errors import ConfigError
-from specdec.runtime.loading import LanguageModel
+from specdec.runtime.loading import LanguageModel, load_model
 from specdec.sampling import SamplingParams
 
 
@@ -77,3 +78,8 @@ def check_same_vocabulary(draft: LanguageModel, target: LanguageModel) -> None:
             "the draft model's tokenizer differs from the target's (same size, different tokens); "
             "a draft model must share the target's tokenizer"
         )
+
+
+def build(spec: DrafterSpec, target: LanguageModel, **load) -> DraftModelDrafter:
+    """`draft:MODEL`: the model loaded as the target was (`load`: device, dtype, runtime)."""
+    return DraftModelDrafter(load_model(spec.arg, **load), target)

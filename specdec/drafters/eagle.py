@@ -23,15 +23,19 @@ import torch
 from torch import nn
 
 from specdec.drafters.base import Draft, Drafter, draft_chain, module_digest
+from specdec.drafters.spec import DrafterSpec
 from specdec.errors import ConfigError
 from specdec.heads.eagle import EagleConfig, EagleHead
 from specdec.heads.eagle3 import Eagle3Config, Eagle3Head
 from specdec.heads.files import load_module
+from specdec.heads.shipped import shipped_head
 from specdec.runtime.kernels import invariant_kernels
 from specdec.runtime.kv_cache import StaticKVCache
 from specdec.runtime.llama import LlamaModel, cache_attention_mask
 from specdec.runtime.quant import quantize_linears, quantized_bits
 from specdec.sampling import SamplingParams, logits_to_probs
+
+TREE_BUDGET, TREE_TOP_K = 16, 4  # eagle-tree and eagle3: nodes verified per round, candidates per expanded node
 
 
 def load_eagle_head(folder: Path, target) -> EagleHead:
@@ -269,3 +273,13 @@ class EagleDrafter(Drafter):
                 mask[row, slot[ancestor]] = True
                 ancestor = parents[ancestor]
         return mask
+
+
+def build(spec: DrafterSpec, target, **load) -> EagleDrafter:
+    """`eagle`, `eagle-tree`, `eagle3`, `eagle3-chain` [:PATH]: the head in PATH, or the shipped one that
+    fits the target; eagle-tree and eagle3 draft a dynamic tree, the others a chain."""
+    family = "eagle3" if spec.kind.startswith("eagle3") else "eagle"
+    folder = Path(spec.arg).expanduser() if spec.arg else shipped_head(target, family)
+    head = load_eagle3_head(folder, target) if family == "eagle3" else load_eagle_head(folder, target)
+    tree = dict(tree_budget=TREE_BUDGET, top_k=TREE_TOP_K) if spec.kind in ("eagle-tree", "eagle3") else {}
+    return EagleDrafter(target, head, name=str(spec), **tree)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 
 from specdec.drafters.base import Draft, Drafter, draft_chain
+from specdec.drafters.spec import DrafterSpec
 from specdec.errors import ConfigError
 from specdec.runtime.llama import LlamaModel
 from specdec.runtime.loading import LanguageModel
@@ -57,3 +58,8 @@ class EarlyExitDrafter(Drafter):
             return draft_chain(next_logits, tokens[committed:], max_tokens, params, generator)
         finally:
             self.cache.truncate(committed)
+
+
+def build(spec: DrafterSpec, target: LanguageModel, **load) -> EarlyExitDrafter:
+    """`early:L`: the target's first L layers."""
+    return EarlyExitDrafter(target, int(spec.arg))

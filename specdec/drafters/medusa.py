@@ -15,8 +15,10 @@ from pathlib import Path
 import torch
 
 from specdec.drafters.base import Draft, Drafter, full_vocabulary_logits, module_digest
+from specdec.drafters.spec import DrafterSpec
 from specdec.errors import ConfigError
 from specdec.heads.files import load_module
+from specdec.heads.shipped import shipped_head
 from specdec.heads.medusa import MedusaConfig, MedusaHeads
 from specdec.runtime.llama import LlamaModel
 from specdec.sampling import SamplingParams, logits_to_probs
@@ -77,3 +79,9 @@ class MedusaDrafter(Drafter):
                       for ids, vals in zip(top.indices.tolist(), top.values.tolist())]
         tree, _ = from_paths([p for p in self.paths if len(p) <= depth], candidates)
         return Draft(tree.tokens, None, parents=tree.parents)
+
+
+def build(spec: DrafterSpec, target, **load) -> MedusaDrafter:
+    """`medusa[:PATH]`: the heads in PATH, or the shipped ones that fit the target."""
+    folder = Path(spec.arg).expanduser() if spec.arg else shipped_head(target, "medusa")
+    return MedusaDrafter(target, load_medusa_heads(folder, target), name=str(spec))

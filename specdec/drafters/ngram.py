@@ -15,6 +15,7 @@ min_ngram = 2 gave a mean speed-up over plain decoding of 1.25× at γ = 4, min_
 from __future__ import annotations
 
 from specdec.drafters.base import Draft, Drafter
+from specdec.drafters.spec import DrafterSpec
 from specdec.errors import ConfigError
 from specdec.sampling import SamplingParams
 
@@ -79,3 +80,11 @@ def lookup(tokens: list[int], max_tokens: int, max_ngram: int, min_ngram: int) -
     """(continuation of the most recent earlier match of the longest matching suffix n-gram, n), from
     a fresh index of `tokens`."""
     return NgramIndex(max_ngram, min_ngram).follow(tokens, max_tokens)
+
+
+def build(spec: DrafterSpec, target, **load) -> PromptLookupDrafter:
+    """`ngram[:N]` (`drafters/spec.py`): n-grams of 2 to N tokens (N = 1: single tokens too)."""
+    if not spec.arg:
+        return PromptLookupDrafter()
+    n = int(spec.arg)
+    return PromptLookupDrafter(max_ngram=n, min_ngram=min(2, n))

@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from specdec.drafters.base import CORPUS, Draft, Drafter
+from specdec.drafters.spec import DrafterSpec
 from specdec.errors import ConfigError, SpecdecError
 from specdec.sampling import SamplingParams
 
@@ -258,3 +259,11 @@ def read_corpus(path: Path, encode) -> list[list[int]]:
     if not any(documents):
         raise SpecdecError(f"corpus {path} holds no text")
     return documents
+
+
+def build(spec: DrafterSpec, target, **load) -> SuffixDrafter:
+    """`suffix[:PATH]`: learning from its outputs; with PATH, a corpus besides."""
+    if not spec.arg:
+        return SuffixDrafter(learn_outputs=True)
+    encode = lambda text: target.tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
+    return SuffixDrafter(read_corpus(Path(spec.arg).expanduser(), encode), learn_outputs=True)

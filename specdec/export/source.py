@@ -9,9 +9,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from specdec.drafters import SHIPPED_HEADS
 from specdec.errors import ConfigError
 from specdec.heads.files import CONFIG, KINDS, WEIGHTS
+from specdec.heads.shipped import shipped_head_for
 from specdec.runtime.config import ModelConfig
 from specdec.runtime.loading import DEFAULT_MODEL, resolve_model_source
 
@@ -43,13 +43,7 @@ def head_folder(head: str, model: str | None) -> Path:
     if path.is_dir():
         return path
     if head in KINDS:
-        name = model or DEFAULT_MODEL
-        folder = SHIPPED_HEADS / f"{name}-{head}"
-        if folder.is_dir():
-            return folder
-        shipped = sorted(p.name for p in SHIPPED_HEADS.glob(f"*-{head}")) if SHIPPED_HEADS.is_dir() else []
-        raise ConfigError(f"no {head} head is shipped for {name} (shipped: {', '.join(shipped) or 'none'}); "
-                          f"train one with `specdec train {head}` and pass its folder")
+        return shipped_head_for(model or DEFAULT_MODEL, head)
     raise ConfigError(f"{head} is neither a head folder nor a shipped head ({', '.join(KINDS)})")
 
 

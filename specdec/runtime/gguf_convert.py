@@ -162,9 +162,9 @@ def gguf_field(reader, key: str, default=None):
 
 def refuse_unsupported_types(reader, gguf_path: Path) -> None:
     """One line naming the first tensor whose type the runtime does not run, and what to do."""
-    from specdec.runtime.quant import FLOAT_GGUF_TYPES, FORMATS
+    from specdec.runtime.quant import FLOAT_GGUF_TYPES, PACKED_GGUF_TYPES
 
-    supported = [*(t for t in FORMATS if t.startswith("Q")), *FLOAT_GGUF_TYPES]
+    supported = [*PACKED_GGUF_TYPES, *FLOAT_GGUF_TYPES]
     for tensor in reader.tensors:
         if tensor.tensor_type.name not in supported:
             raise ModelLoadError(

@@ -4,7 +4,7 @@
 `gguf_convert.metadata_folder` wrote from it). The first load fills it tensor by tensor
 (`pack_weights`): each linear layer's blocks are read from the file (one tensor at a time, so the
 memory held is the packed weights plus one tensor) and packed by the compiled `pack_gguf` into the
-kernels' layout for its type (`quant.FORMATS`), and the result is kept beside the metadata
+kernels' layout for its type (`quant.PACKED_GGUF_TYPES`), and the result is kept beside the metadata
 (`packed_file`, about the GGUF's size, in its own subfolder); later loads memory-map it and start at once. Exactly: the weights the layer multiplies by are
 the file's, as `gguf.quants.dequantize` computes them. Fused layers (q/k/v, gate/up) whose tensors
 have different types keep a part per type (`quant.gguf_parts`: a Q4_K q and k beside a Q6_K v are

@@ -7,6 +7,9 @@ the next pass overwrites them). `compact(keep)` keeps an arbitrary, ascending se
 them to the front: after a token tree is verified, it keeps the accepted path. It holds the model's
 dtype, or float16 where specdec's kernels run the attention (they widen it exactly as they read).
 
+A cache grows as its sequence does (`grow`: larger tensors, the slots held so far copied), and a
+preempted request gives its memory back (`release`) and fills it again later.
+
 Only the engine (or a drafter, for its own private model) moves a cache.
 """
 
@@ -36,6 +39,23 @@ class CacheLength:
         if not 0 <= length <= self.length:
             raise ValueError(f"cannot truncate a cache of length {self.length} to {length}")
 
+    def grow(self, max_len: int) -> None:
+        """Room for `max_len` tokens, what it holds kept (a cache with no storage of its own: the bound)."""
+        self.max_len = max(self.max_len, max_len)
+
+    def release(self) -> None:
+        """Hold nothing, and give back the memory (the request was preempted: it fills the cache again)."""
+        self.length = 0
+
+    @property
+    def nbytes(self) -> int:
+        """The memory it holds (a cache with no storage of its own: 0)."""
+        return 0
+
+    def slot_bytes(self) -> int:
+        """The memory one more slot takes (a cache with no storage of its own: 0)."""
+        return 0
+
 
 class StaticKVCache(CacheLength):
     def __init__(
@@ -52,6 +72,32 @@ class StaticKVCache(CacheLength):
         shape = (num_layers, 1, num_kv_heads, max_len, head_dim)  # one sequence (a batch has a cache per row)
         self.keys = torch.zeros(shape, device=device, dtype=dtype)  # [L, 1, Hkv, S_max, D]
         self.values = torch.zeros(shape, device=device, dtype=dtype)  # [L, 1, Hkv, S_max, D]
+
+    def grow(self, max_len: int) -> None:
+        """Room for `max_len` tokens: larger tensors, the first `length` slots copied (the others are never read)."""
+        if max_len <= self.max_len:
+            return
+        layers, _, heads, _, head_dim = self.keys.shape
+        keys = torch.zeros(layers, 1, heads, max_len, head_dim, device=self.keys.device, dtype=self.keys.dtype)
+        values = torch.zeros_like(keys)
+        keys[:, :, :, :self.length] = self.keys[:, :, :, :self.length]
+        values[:, :, :, :self.length] = self.values[:, :, :, :self.length]
+        self.keys, self.values, self.max_len = keys, values, max_len  # [L, 1, Hkv, S_max, D] each
+
+    def release(self) -> None:
+        """Hold no slot and no memory: tensors of no slots, to grow again when the request comes back."""
+        layers, _, heads, _, head_dim = self.keys.shape
+        self.keys = self.keys.new_zeros(layers, 1, heads, 0, head_dim)
+        self.values = self.values.new_zeros(layers, 1, heads, 0, head_dim)
+        self.max_len = self.length = 0
+
+    @property
+    def nbytes(self) -> int:
+        return self.keys.numel() * self.keys.element_size() + self.values.numel() * self.values.element_size()
+
+    def slot_bytes(self) -> int:
+        layers, _, heads, _, head_dim = self.keys.shape
+        return 2 * layers * heads * head_dim * self.keys.element_size()
 
     def write(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store the new tokens' keys/values for one layer (rounded to the cache's dtype) and return

@@ -40,7 +40,7 @@ from specdec.runtime.kv_cache import StaticKVCache
 from specdec.runtime.quant import QuantizedLinear
 
 NO_TREE_MASK = torch.empty(0, dtype=torch.bool)
-LAYER_WEIGHTS = 10  # tensors per layer in `decoder_layers`' weight list (kWeightsPerLayer in layer.cpp)
+LAYER_WEIGHTS = 12  # tensors per layer in `decoder_layers`' weight list (kWeightsPerLayer in layer.cpp)
 QKV_SLOTS, GATE_UP_SLOTS = 3, 2  # slots of a fused linear's parts there (kQkvSlots, kGateUpSlots)
 KV_CACHE_CHOICES = ("auto", "float16", "float32")  # what the cache holds (see `LlamaModel.cache_dtype`)
 
@@ -429,13 +429,16 @@ class LlamaModel(nn.Module):
             for layer in self.layers:
                 linears = (layer.attn.qkv, layer.attn.o, layer.mlp.gate_up, layer.mlp.down)
                 if not all(isinstance(lin, QuantizedLinear) for lin in linears) or any(
-                        lin.bias is not None for lin in linears[1:]) or layer.attn.q_norm is not None:
-                    # (q/k norms: the fused layer has none; such layers run one by one, on the same kernels)
+                        lin.bias is not None for lin in linears[1:]):
                     self._fused_weights = []
                     return None
                 bias = layer.attn.qkv.bias if layer.attn.qkv.bias is not None else torch.empty(0)
-                weights += [layer.attn_norm.weight.detach(), *layer.attn.qkv.slots(QKV_SLOTS), bias, layer.attn.o.packed,
-                            layer.mlp_norm.weight.detach(), *layer.mlp.gate_up.slots(GATE_UP_SLOTS), layer.mlp.down.packed]
+                attn = layer.attn
+                qk_norms = ([attn.q_norm.weight.detach(), attn.k_norm.weight.detach()] if attn.q_norm is not None
+                            else [torch.empty(0), torch.empty(0)])  # Qwen3's, or none
+                weights += [layer.attn_norm.weight.detach(), *attn.qkv.slots(QKV_SLOTS), bias, attn.o.packed,
+                            layer.mlp_norm.weight.detach(), *layer.mlp.gate_up.slots(GATE_UP_SLOTS), layer.mlp.down.packed,
+                            *qk_norms]
             self._fused_weights = weights
         return self._fused_weights or None
 

@@ -1,7 +1,7 @@
 """Weight-only quantized linear layers, run as they are stored, with 8-bit activations.
 
 Weights are kept packed (`QuantizedLinear.packed`) in one of the kernels' layouts: codes per block
-of 32 inputs with scales and offsets, w = s·u + c (a GGUF type's own, `FORMATS`; or from float
+of 32 inputs with scales and offsets, w = s·u + c (a GGUF type's own, `PACKED_GGUF_TYPES`; or from float
 weights, `Int4Codes`, w = s·q + c with q in 0..15 as Q4_1, and `Int8Codes`, w = d·q as Q8_0).
 `QuantizedLinear` multiplies them with the
 compiled kernel `quant_linear` (`runtime/kernels/quant_gemm.cpp`), which quantizes each input row
@@ -18,7 +18,7 @@ per block (AVX-512 VNNI, or AVX2) and combines them in float32 in a fixed order.
 
 `quantize_int4` / `quantize_int8` make codes from float weights (a float checkpoint loaded with
 `weights="int4"` or `"int8"`). A GGUF's own blocks of every common type (Q4_0 … Q8_0, the K-quants)
-are packed by the compiled `pack_gguf` into a layout per type (`FORMATS`; the layouts are described
+are packed by the compiled `pack_gguf` into a layout per type (`PACKED_GGUF_TYPES`; the layouts are described
 in `kernels/quant_gemm.cpp`), exactly and holding only what the type stores (the symmetric types,
 Q4_0, Q5_0, Q3_K and Q6_K, keep no offsets): K-quants' sub-block scales are small integers times a
 float16, exact in float32, and the kernel computes s = d·sc in float32 as it goes. A fused layer
@@ -39,10 +39,11 @@ from specdec.runtime.kernels import invariant_kernels
 GROUP = 32
 TILE = 16  # the kernel's outputs per tile: a layer's output size must be a multiple
 FLOAT_GGUF_TYPES = ("F32", "F16", "BF16")
-# GGUF type -> the id of the kernels' packed layout that holds it (kernels/quant_formats.h), its code
-# bits and whether its scales are per super-block of 256 inputs (K-quants: the rows' 8-bit scale too)
-FORMATS = {"Q4_1": 0, "Q5_1": 1, "Q4_K": 2, "Q2_K": 3, "Q5_K": 4, "Q6_K": 5, "Q8_0": 6, "Q3_K": 7, "Q4_0": 8, "Q5_0": 9}
+# The GGUF types the kernels pack, each into a layout of its own (`pack_gguf`; their list is the compiled
+# `packed_gguf_types()`, tests/test_quantized.py checks this one against it): the bits of their codes as
+# packed, and which have scales per super-block of 256 inputs (K-quants: the rows' 8-bit scale too)
 CODE_BITS = {"Q4_0": 4, "Q4_1": 4, "Q5_0": 6, "Q5_1": 6, "Q8_0": 8, "Q2_K": 4, "Q3_K": 4, "Q4_K": 4, "Q5_K": 6, "Q6_K": 6}
+PACKED_GGUF_TYPES = tuple(CODE_BITS)
 SUPER_BLOCK_TYPES = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
 
 
@@ -76,7 +77,7 @@ def gguf_parts(types: list[str]) -> list[tuple[str, int]] | None:
     """How a layer of tensors of `types` (stacked along the outputs) is packed: [(type, how many
     consecutive tensors)] per part, one part per run of one type; None when a type has no packed
     layout (float types: the layer runs as float32)."""
-    if any(t not in FORMATS for t in types):
+    if any(t not in PACKED_GGUF_TYPES for t in types):
         return None
     parts: list[tuple[str, int]] = []
     for t in types:

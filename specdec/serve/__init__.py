@@ -7,7 +7,6 @@
     guard.py      API keys, the body bound, the request counter (ASGI middleware)
     responses.py  errors in OpenAI's format, answers as JSON or streamed by server-sent events
     app.py        the routes and their checks; the uvicorn server with its graceful shutdown
-    command.py    `specdec serve` and `specdec load-test` arguments
-    load_test.py  concurrent streaming clients against a running server, every answer checked
+    command.py    `specdec serve`: its arguments, loading, uvicorn
     addresses.py  which hosts are this machine (loopback)
 """

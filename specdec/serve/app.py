@@ -192,7 +192,8 @@ async def _respond(service: Service, body, tokenize: Callable[[], list[int]], re
 
     prompt_ids, config = await asyncio.to_thread(prompt_and_config)
     try:
-        job = service.scheduler.submit(engine, prompt_ids, config, cache_bytes=service.cache_bytes(engine, prompt_ids, config))
+        largest, first = service.cache_bytes(engine, prompt_ids, config)
+        job = service.scheduler.submit(engine, prompt_ids, config, cache_bytes=largest, first_bytes=first)
     except ServerBusy as exc:
         raise busy(service, str(exc)) from exc
     except ServerBroken as exc:

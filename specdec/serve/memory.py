@@ -1,10 +1,12 @@
 """The server's memory for KV caches: what a row needs, what the machine can give, how many rows fit.
 
-Every row holds a target cache of its own, of `cache_slots` slots (its prompt, its `max_tokens` and
-the largest token tree, rounded up to 256), allocated when it joins the batch and freed when it
-leaves. The scheduler admits a waiting request only while the rows' caches, its own included, stay
-within the budget (`--kv-memory`; by default 80% of the memory the machine has available at start,
-less the model's weights), and a request whose cache alone is larger than the budget is refused.
+Every row holds a target cache of its own, which grows in steps of 256 slots as the row does, up to
+`cache_slots` (its prompt, its `max_tokens` and the largest token tree), and is freed when it leaves.
+The scheduler admits a waiting request only while the rows' caches, grown for their next round and its
+own included, stay within the budget (`--kv-memory`; by default 80% of the memory the machine has
+available at start, less the model's weights); when growing rows would pass it, the rows that joined
+last are preempted (serve/scheduler.py). A request whose largest cache alone is larger than the budget
+is refused.
 Drafters' own caches (a separate draft model's, an EAGLE head's) are small beside the target's and
 are not counted.
 """

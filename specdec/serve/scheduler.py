@@ -3,7 +3,12 @@
 Requests are admitted on the event loop (`submit`) while fewer than `max_pending` are running or
 waiting; past that `submit` raises `ServerBusy` (the server answers 429). A waiting request joins
 the batch when there is a row free and its row's KV cache fits beside the running rows' within
-`memory_budget` (serve/memory.py). The worker thread owns a
+`memory_budget` (serve/memory.py). A row's cache grows as the row does (`Row.slots_next_round`):
+before each round every row's cache is grown for the round, and where they would not all fit the
+budget, the rows that joined last are preempted: their caches are freed, they wait at the head of
+the line, and when there is room again they recompute their caches and go on where they were, with
+the same output (`Row.preempt`). The oldest row always fits (a request whose whole cache is larger
+than the budget is refused at `submit`), so every request finishes. The worker thread owns a
 `Batch` (`decode/batch.py`): between rounds it lets waiting requests join, in arrival order, while the batch
 has fewer than `max_batch` rows, drops the rows of requests whose client went away, and runs one
 round over all rows (a joining request's prompt goes in by chunks, so it does not stall the others).
@@ -26,7 +31,8 @@ import threading
 from collections import deque
 from dataclasses import dataclass
 
-from specdec.decode.batch import Batch, Piece, Row
+from specdec.decode.batch import Batch, Row
+from specdec.decode.text import Piece
 from specdec.decode.engine import Engine, GenerationConfig
 from specdec.errors import SpecdecError
 from specdec.records.stats import GenerationStats
@@ -62,9 +68,11 @@ class Update:
 
 class Job:
     def __init__(self, engine: Engine, prompt_ids: list[int], config: GenerationConfig,
-                 loop: asyncio.AbstractEventLoop, cache_bytes: int = 0) -> None:
+                 loop: asyncio.AbstractEventLoop, cache_bytes: int = 0, first_bytes: int | None = None) -> None:
         self.engine = engine
-        self.cache_bytes = cache_bytes  # its row's KV cache, held while it runs
+        self.cache_bytes = cache_bytes  # its row's KV cache at its largest (the prompt, max_tokens, a draft)
+        self.first_bytes = cache_bytes if first_bytes is None else first_bytes  # its row's cache when it joins
+        self.row: Row | None = None  # its row, once preempted: it joins again as it is
         self.prompt_ids = prompt_ids
         self.config = config
         self.updates: asyncio.Queue[Update] = asyncio.Queue()
@@ -114,6 +122,7 @@ class Scheduler:
         self._on_change = on_change or (lambda running, waiting: None)
         self._on_round = on_round or (lambda rows, gammas: None)
         self.broken: str | None = None  # why the worker stopped, once it has
+        self.preemptions = 0  # rows whose caches were freed for older rows (each recomputed later)
 
     @property
     def running(self) -> int:
@@ -132,14 +141,16 @@ class Scheduler:
             raise ServerBusy(f"the server is busy: {len(self._jobs)} requests are running or waiting, "
                              f"the bound is {self.max_pending}; retry later")
 
-    def submit(self, engine: Engine, prompt_ids: list[int], config: GenerationConfig, cache_bytes: int = 0) -> Job:
-        """Admit a job (event loop only); raises ServerBusy past the bound. A job whose row's cache
-        (`cache_bytes`) does not fit beside the running rows' waits in line until it does; one larger
-        than the whole budget raises CacheTooLarge (it would wait for ever)."""
+    def submit(self, engine: Engine, prompt_ids: list[int], config: GenerationConfig, cache_bytes: int = 0,
+               first_bytes: int | None = None) -> Job:
+        """Admit a job (event loop only); raises ServerBusy past the bound. A job whose row's first cache
+        (`first_bytes`) does not fit beside the running rows' waits in line until it does; one whose
+        largest cache (`cache_bytes`) is larger than the whole budget raises CacheTooLarge (it could
+        never finish)."""
         self.check_room()
         if self.memory_budget is not None and cache_bytes > self.memory_budget:
             raise CacheTooLarge(cache_bytes, self.memory_budget)
-        job = Job(engine, prompt_ids, config, asyncio.get_running_loop(), cache_bytes)
+        job = Job(engine, prompt_ids, config, asyncio.get_running_loop(), cache_bytes, first_bytes)
         self._jobs.append(job)
         with self._wake:
             if self._worker is None:
@@ -195,13 +206,20 @@ class Scheduler:
                 if self._closing:
                     break
                 joining = []
-                held = sum(job.cache_bytes for job in jobs.values())
+                held = sum(row.bytes_next_round() for row in jobs)
                 while self._line and self._line[0].cancelled:  # gave its place back already (`cancel`)
-                    self._line.popleft()
+                    cancelled = self._line.popleft()
+                    if cancelled.row is not None:  # a preempted row's job: its place is given back here
+                        self._finished(cancelled)
                 while self._line and len(jobs) + len(joining) < self.max_batch and self._fits(held, self._line[0]):
-                    held += self._line[0].cache_bytes
+                    held += self._need(self._line[0])
                     joining.append(self._line.popleft())
             for job in joining:
+                if job.row is not None:  # preempted: it goes on where it was
+                    batch.add(job.row)
+                    jobs[job.row] = job
+                    job.row = None
+                    continue
                 if not job.start():
                     continue  # cancelled while waiting: already released
                 self._job_changed(job)
@@ -225,6 +243,7 @@ class Scheduler:
             if not batch or not batch.rows:
                 self._on_round(0, [])  # at rest: no rows
                 continue
+            self._make_room(batch, jobs)
             events = batch.step()  # a row's own error comes back as its event; the others go on
             self._on_round(*batch.last_round)
             for row, event in events:
@@ -245,13 +264,37 @@ class Scheduler:
                     job.send(Update(event.pieces))
             if not batch.rows:
                 self._on_round(0, [])
-        for job in jobs.values():  # closing: whatever is left ends now
+        preempted = [job for job in self._line if job.row is not None]
+        for job in [*jobs.values(), *preempted]:  # closing: whatever is left ends now
             self._finished(job)
 
     def _fits(self, held: int, job: Job) -> bool:
-        """Whether the job's row fits beside rows holding `held` cache bytes (in arrival order: a job
+        """Whether the job's row fits beside rows needing `held` cache bytes (in arrival order: a job
         that does not fit holds the line, so a long request is not passed over for ever)."""
-        return self.memory_budget is None or held + job.cache_bytes <= self.memory_budget
+        return self.memory_budget is None or held + self._need(job) <= self.memory_budget
+
+    @staticmethod
+    def _need(job: Job) -> int:
+        """The cache bytes the job's row needs for its first round in the batch."""
+        return job.row.bytes_next_round() if job.row is not None else job.first_bytes
+
+    def _make_room(self, batch: Batch, jobs: dict[Row, Job]) -> None:
+        """Grow every row's cache for the next round within the budget: where they would not all fit,
+        the rows that joined last leave the batch, preempted (their caches freed; at the head of the
+        line, in order, they join again when there is room), so the rows that joined first go on."""
+        rows = list(jobs)  # in the order they joined
+        needs = [row.bytes_next_round() for row in rows]
+        while self.memory_budget is not None and len(rows) > 1 and sum(needs) > self.memory_budget:
+            row, _ = rows.pop(), needs.pop()
+            job = jobs.pop(row)
+            batch.remove(row)
+            row.preempt()
+            job.row = row
+            self.preemptions += 1
+            with self._wake:
+                self._line.appendleft(job)
+        for row in rows:
+            row.cache.grow(row.slots_next_round())
 
     def _job_changed(self, job: Job) -> None:
         job._loop.call_soon_threadsafe(self._changed)

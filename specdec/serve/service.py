@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from specdec.decode.batch import cache_slots, row_max_len
+from specdec.decode.batch import CACHE_STEP, cache_slots, row_max_len
 from specdec.control.cost_model import BATCH_SIZES, best_batch
 from specdec.drafters.base import Drafter
 from specdec.drafters.suffix import SuffixDrafter
@@ -97,10 +97,12 @@ class Service:
         for engine in self._engines.values():
             engine.may_measure = False
 
-    def cache_bytes(self, engine: Engine, prompt_ids: list[int], config: GenerationConfig) -> int:
-        """The KV cache a request's row will hold (as `Row` allocates it)."""
+    def cache_bytes(self, engine: Engine, prompt_ids: list[int], config: GenerationConfig) -> tuple[int, int]:
+        """The KV cache a request's row holds at its largest (its prompt, max_tokens and a draft) and
+        when it joins (one CACHE_STEP of slots, or all it needs if less): the row's cache grows between."""
         max_len = row_max_len(len(prompt_ids), config.max_new_tokens, self.target.max_context)
-        return cache_slots(max_len, engine.drafters) * self.slot_bytes
+        largest = cache_slots(max_len, engine.drafters) * self.slot_bytes
+        return largest, min(largest, CACHE_STEP * self.slot_bytes)
 
     def rows_that_fit(self, tokens: int) -> int | None:
         """How many rows of `tokens` tokens each fit the KV budget at once (None: no budget)."""

@@ -12,7 +12,7 @@ instruction set, the sources, the flags, the CPU and the Python version: what th
 on, not the tools on PATH, so a second shell or venv with another ninja loads the same build
 (a build says why it is needed). `SPECDEC_KERNEL_ISA=generic` builds for plain x86-64 with AVX2
 instead of this CPU's own instructions (tests use it to check the generic path);
-`SPECDEC_KERNELS=off` (the command line's `--no-compile`) disables the kernels.
+`SPECDEC_KERNELS=off` or `switch_off_kernels()` (the command line's `--no-compile`) disables the kernels.
 
 Without a compiler the runtime falls back to PyTorch's own operators and float32 weights, which
 are slower and not batch-invariant (`invariant_kernels()` returns None and says why once).
@@ -29,7 +29,7 @@ import warnings
 from pathlib import Path
 
 SOURCES = [Path(__file__).with_name(name) for name in
-           ("invariant.cpp", "quant_gemm.cpp", "gguf_pack.cpp", "layer.cpp", "quant_formats.h", "parallel.h")]
+           ("invariant.cpp", "quant_gemm.cpp", "gguf_pack.cpp", "layer.cpp", "kernels.h", "quant_formats.h", "parallel.h")]
 # no fused multiply-add contraction: a vectorised loop and its scalar tail must round alike.
 # -fopenmp: at::parallel_for is inline OpenMP; without the flag it runs on one thread. The objects
 # are not linked with -lgomp: their OpenMP calls bind to the runtime torch has loaded, so that
@@ -111,8 +111,17 @@ def _cpu_flags() -> bytes:
     return next((line for line in text.splitlines() if line.startswith("flags")), "").encode()
 
 
+_switched_off = False  # by `switch_off_kernels` (the command line's --no-compile)
+
+
+def switch_off_kernels() -> None:
+    """No compiled kernels in this process from now on (call it before a model is loaded)."""
+    global _switched_off
+    _switched_off = True
+
+
 def kernels_switched_off() -> bool:
-    return os.environ.get("SPECDEC_KERNELS", "on") == "off"
+    return _switched_off or os.environ.get("SPECDEC_KERNELS", "on") == "off"
 
 
 def invariant_kernels():

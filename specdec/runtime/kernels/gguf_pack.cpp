@@ -14,6 +14,7 @@
 #include <cstring>
 #include <string>
 #include <vector>
+#include "kernels.h"
 #include "quant_formats.h"
 
 namespace {
@@ -196,6 +197,12 @@ const GgufType& gguf_type(const std::string& name) {
 }
 
 }  // namespace
+
+std::vector<std::string> packed_gguf_types() {
+  std::vector<std::string> names;
+  for (const GgufType& type : kTypes) names.emplace_back(type.name);
+  return names;
+}
 
 // Packs tensors of one GGUF type stacked along their outputs (a fused q/k/v or gate/up, or one
 // tensor) into that type's packed format (quant_formats.h). raws[i]: [rows_i, bytes per row] uint8,

@@ -19,6 +19,7 @@
 #if defined(__AVX512F__) || defined(__F16C__)
 #include <immintrin.h>
 #endif
+#include "kernels.h"
 #include "parallel.h"
 
 namespace {
@@ -560,25 +561,6 @@ torch::Tensor attention_segments(torch::Tensor q, const std::vector<torch::Tenso
   return out;
 }
 
-// quant_gemm.cpp
-torch::Tensor quant_linear(torch::Tensor x, const std::vector<torch::Tensor>& parts);
-torch::Tensor pack_quant_weights(torch::Tensor codes, torch::Tensor scales, c10::optional<torch::Tensor> offsets);
-std::string quant_linear_path();
-// gguf_pack.cpp
-torch::Tensor pack_gguf(const std::vector<torch::Tensor>& raws, const std::vector<std::string>& types,
-                        const std::vector<torch::Tensor>& orders);
-torch::Tensor dequantize_packed(torch::Tensor packed, torch::Tensor rows);
-// layer.cpp
-std::vector<torch::Tensor> decoder_layers(torch::Tensor x, const std::vector<torch::Tensor>& layer_weights,
-                                          int64_t num_layers, torch::Tensor cos, torch::Tensor sin,
-                                          const std::vector<torch::Tensor>& keys, const std::vector<torch::Tensor>& values,
-                                          const std::vector<int64_t>& pasts, const std::vector<int64_t>& tokens,
-                                          const std::vector<torch::Tensor>& tree_masks, double eps, int64_t heads,
-                                          int64_t kv_heads, const std::vector<int64_t>& capture);
-torch::Tensor eagle3_layer(torch::Tensor embeds, torch::Tensor hidden, const std::vector<torch::Tensor>& weights,
-                           torch::Tensor cos, torch::Tensor sin, torch::Tensor keys, torch::Tensor values, int64_t past,
-                           double eps, int64_t heads, int64_t kv_heads);
-
 // Every kernel runs without the GIL (its arguments are converted before, its result after): a
 // server's worker thread in a long pass leaves the event loop free to answer.
 #define NO_GIL py::call_guard<py::gil_scoped_release>()
@@ -592,6 +574,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("pack_quant_weights", &pack_quant_weights, "codes, scales (and 4-bit offsets) into quant_linear's layout", NO_GIL,
         py::arg("codes"), py::arg("scales"), py::arg("offsets") = py::none());
   m.def("pack_gguf", &pack_gguf, "GGUF blocks of one type as stored (one tensor, or several stacked along outputs) into its packed format, exactly", NO_GIL);
+  m.def("packed_gguf_types", &packed_gguf_types, "the GGUF types pack_gguf packs, each into its own format", NO_GIL);
   m.def("dequantize_packed", &dequantize_packed, "the exact float32 weights of rows of a packed tensor (all rows when empty)", NO_GIL);
   m.def("quant_linear_path", &quant_linear_path, "the instruction set quant_linear was built for", NO_GIL);
   m.def("eagle3_layer", &eagle3_layer, "an EAGLE-3 head's decoder layer over new pairs of one sequence (quantized linears), in one call", NO_GIL);

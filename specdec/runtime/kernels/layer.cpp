@@ -7,21 +7,16 @@
 #include <cstdint>
 #include <vector>
 
-torch::Tensor rms_norm(torch::Tensor x, torch::Tensor weight, double eps);
-torch::Tensor silu_mul(torch::Tensor gate_up);
-torch::Tensor attention_segments(torch::Tensor q, const std::vector<torch::Tensor>& keys,
-                                 const std::vector<torch::Tensor>& values, int64_t layer,
-                                 const std::vector<int64_t>& pasts, const std::vector<int64_t>& tokens,
-                                 const std::vector<torch::Tensor>& tree_masks);
-torch::Tensor quant_linear(torch::Tensor x, const std::vector<torch::Tensor>& parts);
+#include "kernels.h"
 
 namespace {
 
 // A linear layer is its parts, packed weights stacked along the outputs, one per GGUF type (a fused
 // q/k/v of Q4_K beside a Q6_K v is two parts), in a fixed number of slots (unused slots empty).
 constexpr int kQkvSlots = 3, kGateUpSlots = 2;
-// attn norm, qkv (3 slots), qkv bias (or empty), o, mlp norm, gate_up (2 slots), down
-constexpr int kWeightsPerLayer = 10;
+// attn norm, qkv (3 slots), qkv bias (or empty), o, mlp norm, gate_up (2 slots), down, q norm and k norm
+// (Qwen3's, over each head's D; or empty)
+constexpr int kWeightsPerLayer = 12;
 
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor* slots, int count) {
   return quant_linear(x, std::vector<torch::Tensor>(slots, slots + count));
@@ -32,6 +27,16 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor* slots, int cou
 void store_row(const float* in, float* out, int64_t n) { std::copy(in, in + n, out); }
 void store_row(const float* in, at::Half* out, int64_t n) {
   for (int64_t d = 0; d < n; ++d) out[d] = at::Half(in[d]);
+}
+
+// Qwen3's q and k norms: each head's row of q and of k in qkv [N, (H + 2 Hkv) D] RMS-normed over its D
+// with its own weight [D], in place, by `rms_norm`'s recipe (the Python layer's `Attention.normed`).
+void normalize_qk(torch::Tensor& qkv, const torch::Tensor& q_norm, const torch::Tensor& k_norm, double eps,
+                  int64_t heads, int64_t kv_heads, int64_t dim) {
+  const int64_t rows = qkv.size(0);
+  torch::Tensor q = qkv.narrow(1, 0, heads * dim), k = qkv.narrow(1, heads * dim, kv_heads * dim);
+  q.copy_(rms_norm(q.view({rows, heads, dim}), q_norm, eps).view({rows, heads * dim}));
+  k.copy_(rms_norm(k.view({rows, kv_heads, dim}), k_norm, eps).view({rows, kv_heads * dim}));
 }
 
 // All segments of layer `layer`: qkv [N, (H + 2 Hkv) D] -> q [N, H, D] with RoPE; segment b's k (RoPE)
@@ -103,7 +108,7 @@ torch::Tensor attend_and_mix(const torch::Tensor& stream, const torch::Tensor& q
 // N = Σ T_b rows at once (each weight read once per pass); RoPE and the cache writes run over all
 // segments in one loop, and attention over all of them in one call (`attention_segments`: one
 // parallel pass over every (segment, KV head, token chunk), each row by `attention`'s recipe).
-// x: [N, hidden] float32; layer_weights: 10 tensors per layer (see kWeightsPerLayer), packed linears
+// x: [N, hidden] float32; layer_weights: 12 tensors per layer (see kWeightsPerLayer), packed linears
 // as `quant_linear` takes them; cos, sin: [N, D]; the first `num_layers` layers run. Returns the
 // residual stream after them, [N, hidden], followed by the stream entering each layer of `capture`
 // (ascending layer indices below num_layers; what EAGLE-3 heads read), [N, hidden] each.
@@ -152,6 +157,7 @@ std::vector<torch::Tensor> decoder_layers(torch::Tensor x, const std::vector<tor
     const torch::Tensor* w = layer_weights.data() + l * kWeightsPerLayer;
     torch::Tensor qkv = linear(rms_norm(stream, w[0], eps), w + 1, kQkvSlots);  // [N, (H + 2 Hkv) D]
     if (w[4].numel()) qkv.add_(w[4]);
+    if (w[10].numel()) normalize_qk(qkv, w[10], w[11], eps, heads, kv_heads, dim);
     stream = attend_and_mix(stream, qkv.contiguous(), w + 5, cos, sin, q, keys, values, l, pasts, starts, tokens, masks,
                             eps, heads, kv_heads, dim);
   }

@@ -18,7 +18,8 @@ constexpr int kTile = 16;   // outputs per tile
 constexpr int kBlock = 32;  // inputs per block
 constexpr int kSuperBlocks = 8;  // blocks per super-block (256 inputs, as K-quants)
 
-// Format ids, shared with Python (runtime/quant.py FORMATS): one per GGUF type, each the type's own
+// Format ids, stored in each packed tensor's header (gguf_pack.cpp's kTypes names the GGUF type of each,
+// `packed_gguf_types()` lists them for Python): one per GGUF type, each the type's own
 // numbers (codes, scales, offsets where the type has them).
 enum class Format : int {
   kBlock4 = 0,        // 4-bit codes, float16 scale and offset per block (Q4_1)

@@ -47,6 +47,7 @@
 #include <cstring>
 #include <vector>
 #include "parallel.h"
+#include "kernels.h"
 #include "quant_formats.h"
 #if defined(__AVX512F__) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #define SPECDEC_QGEMM_AVX512 1
