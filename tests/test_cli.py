@@ -103,6 +103,26 @@ def test_generate_compare_reports_identical_greedy_output(capsys, tiny_folder):
     assert "speed-up" in err and result["text"] in err  # the streamed text and the tables: on standard error
 
 
+
+def test_generate_compare_does_not_draft_from_its_own_earlier_run(capsys, tiny_folder, monkeypatch):
+    """`--compare` runs the prompt three times (a warm-up, the streamed run, the timed one). A suffix
+    drafter learns each answer; the timed run must draft as the first did, not from the answer before
+    (it measured a cache hit: α = 1.00 and 2.4× on the default model). The reported run drafts
+    exactly as a single run does. Control: learning as it comes, the timed run accepts more."""
+    from contextlib import nullcontext
+
+    from specdec.decode.engine import Engine
+
+    def accepted(*extra) -> int:
+        result, _ = run_json(capsys, "generate", "t5 t9 t12", "--model", str(tiny_folder), "--raw",
+                             "--drafter", "suffix", "--gamma", "3", "--max-new-tokens", "24", *extra)
+        return result["speculative"]["accepted"]
+
+    alone = accepted()
+    assert accepted("--compare") == alone
+    monkeypatch.setattr(Engine, "learning_held", lambda self: nullcontext())
+    assert accepted("--compare") > alone
+
 def test_generate_auto_reports_the_policy_and_predicted_vs_measured(capsys, tiny_folder):
     # γ fixed: the policy still picks the drafter each round, but always drafts (on a tiny model, whose
     # passes cost about as much as the Python around them, γ = auto may rightly decide not to)

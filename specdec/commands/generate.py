@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import nullcontext
 
 from specdec.commands.show import stream_run, summary
 from specdec.errors import SpecdecError
@@ -32,20 +33,22 @@ def run(args, console) -> int:
     target = engine.target
     prompt_ids = engine.encode(args.prompt, chat=not args.raw)
     prepare_costs(engine, config, console)
-    if args.compare:
-        warm_up(engine, prompt_ids, config)
-    if console.is_terminal:  # the colours, and so their legend, only where they show
-        console.print("[dim]legend:[/dim] [green]accepted draft[/green] [yellow]corrected[/yellow] [cyan]bonus[/cyan] target",
-                      highlight=False)
-    text, token_ids, stats = stream_run(engine, prompt_ids, config, console)
-    plain = None
-    if args.compare:  # both timed the same way: quiet runs (the streamed one above also paid for the terminal)
-        with console.status("timing speculative and plain decoding, neither printing"):
-            quiet = engine.generate(prompt_ids, config)
-            plain = Engine(target).generate(prompt_ids, config)
-        if config.sampling.greedy and quiet.token_ids != token_ids:
-            raise SpecdecError("internal error: two greedy speculative runs of one prompt differ")
-        stats = quiet.stats
+    # --compare runs the prompt three times: a suffix drafter must not draft from an earlier run's answer
+    with engine.learning_held() if args.compare else nullcontext():
+        if args.compare:
+            warm_up(engine, prompt_ids, config)
+        if console.is_terminal:  # the colours, and so their legend, only where they show
+            console.print("[dim]legend:[/dim] [green]accepted draft[/green] [yellow]corrected[/yellow] [cyan]bonus[/cyan] target",
+                          highlight=False)
+        text, token_ids, stats = stream_run(engine, prompt_ids, config, console)
+        plain = None
+        if args.compare:  # both timed the same way: quiet runs (the streamed one above also paid for the terminal)
+            with console.status("timing speculative and plain decoding, neither printing"):
+                quiet = engine.generate(prompt_ids, config)
+                plain = Engine(target).generate(prompt_ids, config)
+            if config.sampling.greedy and quiet.token_ids != token_ids:
+                raise SpecdecError("internal error: two greedy speculative runs of one prompt differ")
+            stats = quiet.stats
     costs = engine.cost_model if engine.drafters else None
     if costs is None and engine.drafters:  # a fixed γ ran without the cost model; the breakdown needs it
         with console.status("reading the cost model for the breakdown"):

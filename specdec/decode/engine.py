@@ -9,6 +9,7 @@ baseline shares every line of code except drafting.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from specdec.decode.batch import Batch, Row, StreamEvent
@@ -117,6 +118,19 @@ class Engine:
             policy.continue_from(self._last_policy[key])
         self._last_policy[key] = policy
         return policy
+
+    @contextmanager
+    def learning_held(self) -> Iterator[None]:
+        """Runs inside see the same drafter memory: what drafters that learn from answers (suffix)
+        would learn is kept aside until the block ends (a second run of one prompt would otherwise
+        draft from the first run's answer)."""
+        for drafter in self.drafters:
+            drafter.hold_learning()
+        try:
+            yield
+        finally:
+            for drafter in self.drafters:
+                drafter.release_learning()
 
     def encode(self, prompt: str, chat: bool = True) -> list[int]:
         """Prompt text → ids: through the model's chat template (one user turn) or as raw text."""
