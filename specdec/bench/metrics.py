@@ -14,7 +14,8 @@ Definitions (Spec-Bench's where it has one):
     identical           greedy runs: prompts whose new tokens equal plain decoding's; for the
                         others, the first differing position. Endpoints: whose answer text equals
                         the first endpoint's (their tokens are not seen), the position a character's
-    predicted           `analysis.predicted_speedup` on the merged statistics and the cost model;
+    predicted           `analysis.predicted_speedup` on the merged statistics and the cost model,
+                        over plain decoding's merged rounds, the prefill on both sides;
                         prediction_error = predicted / measured × plain − 1, off_prediction when it is
                         beyond ±PREDICTION_TOLERANCE (the tables flag such rows)
 """
@@ -114,7 +115,8 @@ def method_summary(rows: list[dict], name: str, costs=None) -> dict:
                         "verify_share": round(merged.verify_seconds / total, 4),
                         "prefill_share": round(merged.prefill_seconds / total, 4)})
         if costs is not None:
-            predicted = predicted_speedup(merged, costs)
+            plains = [r["runs"][PLAIN].stats for r in rows if PLAIN in r["runs"] and r["runs"][PLAIN].stats is not None]
+            predicted = predicted_speedup(merged, costs, GenerationStats.merge(plains) if plains else None)
             out["predicted_speedup"] = round(predicted, 4) if predicted is not None else None
             measured = out.get("speedup_vs_plain")
             if predicted is not None and measured:

@@ -53,7 +53,7 @@ def run(args, console) -> int:
     if costs is None and engine.drafters:  # a fixed γ ran without the cost model; the breakdown needs it
         with console.status("reading the cost model for the breakdown"):
             costs = engine.costs(config.max_gamma)
-    breakdown = drafter_breakdown(stats, costs, plain.stats.tokens_per_second if plain else None) if costs is not None else None
+    breakdown = drafter_breakdown(stats, costs, plain.stats if plain else None) if costs is not None else None
     summary(stats, console, title=f"speculative ({stats.drafter}, γ = {args.gamma})", breakdown=breakdown)
     result = {"text": text, "speculative": stats.to_dict()}
     if breakdown is not None:

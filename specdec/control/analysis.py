@@ -40,19 +40,27 @@ from specdec.control.theory import expected_tokens_per_pass, fit_runs
 MIN_PLAIN_ROUNDS = 8
 
 
-def plain_rate(stats: GenerationStats, costs: CostModel, measured: float | None = None) -> tuple[float, str]:
-    """(plain decoding's tokens per second, where that number comes from)."""
-    if measured:
-        return measured, "plain run"
-    plain = stats.by_drafter.get("plain")
-    if plain and plain.rounds >= MIN_PLAIN_ROUNDS and plain.verify_seconds > 0:
-        return plain.committed / (plain.draft_seconds + plain.verify_seconds), "plain rounds of this run"
+def rounds_rate(stats: GenerationStats) -> float:
+    """Tokens per second of a run's rounds: what they committed over their draft and verify seconds
+    (the prefill left out)."""
+    seconds = stats.draft_seconds + stats.verify_seconds
+    return sum(t.committed for t in stats.by_drafter.values()) / seconds if seconds else 0.0
+
+
+def plain_rate(stats: GenerationStats, costs: CostModel, plain: GenerationStats | None = None) -> tuple[float, str]:
+    """(plain decoding's tokens per second in its rounds, the prefill left out; where that number
+    comes from): a plain run's beside, else this run's own plain rounds, else the cost model's T(1)."""
+    if plain is not None and rounds_rate(plain):
+        return rounds_rate(plain), "plain run"
+    rounds = stats.by_drafter.get("plain")
+    if rounds and rounds.rounds >= MIN_PLAIN_ROUNDS and rounds.verify_seconds > 0:
+        return rounds.committed / (rounds.draft_seconds + rounds.verify_seconds), "plain rounds of this run"
     return 1 / costs.observed_pass(1), "cost model T(1)"
 
 
-def _tally_model(name: str, tally, costs: CostModel) -> dict:
-    """The acceptance models' inputs and outputs for one drafter's rounds (per round, in one-token passes)."""
-    one_pass = costs.observed_pass(1)
+def _tally_model(name: str, tally, costs: CostModel, one_pass: float) -> dict:
+    """The acceptance models' inputs and outputs for one drafter's rounds, per round, in units of
+    `one_pass`: plain decoding's seconds per token."""
     gamma = max(1, round(tally.drafted / tally.drafting_rounds))
     verified = max(1, round(tally.verified_tokens / tally.drafting_rounds))
     share = tally.drafting_rounds / tally.rounds
@@ -60,6 +68,7 @@ def _tally_model(name: str, tally, costs: CostModel) -> dict:
     c = tally.draft_seconds / tally.drafted / one_pass
     draft = tally.draft_seconds / tally.rounds / one_pass  # per round, proposals that found nothing included
     verify = costs.observed_pass(verified + 1) / one_pass
+    plain_step = costs.observed_pass(1) / one_pass  # a round it drafted nothing in: this engine's one-token pass
     lengths = tally.lengths or {gamma: tally.drafting_rounds}  # draft positions → rounds (older records: the mean)
 
     def mean_tokens(expected) -> float:  # tokens per drafting round, over the run's draft lengths
@@ -68,10 +77,10 @@ def _tally_model(name: str, tally, costs: CostModel) -> dict:
     iid = mean_tokens(lambda k: expected_tokens_per_pass(alpha, k))
     fit = fit_runs(tally.reached, tally.accepted_reached) if tally.reached else None
     model = mean_tokens(fit.expected_tokens) if fit else iid
-    cost = share * verify + (1 - share) + draft
+    cost = share * verify + (1 - share) * plain_step + draft
     return {
         "gamma": gamma, "verified_tokens": verified, "share": share, "alpha": alpha, "c": c, "draft": draft,
-        "verify": verify,
+        "verify": verify, "plain_step": plain_step,
         "cost": cost, "acceptance_model": "run-aware" if fit else "i.i.d.",
         "alpha_first": fit.first if fit else alpha, "alpha_then": fit.then if fit else alpha,
         "predicted_tokens": share * model + (1 - share),
@@ -80,29 +89,40 @@ def _tally_model(name: str, tally, costs: CostModel) -> dict:
     }
 
 
-def predicted_speedup(stats: GenerationStats, costs: CostModel) -> float | None:
-    """The prediction for a whole run (or merged runs): every drafter's rounds as in the breakdown
-    (its acceptance model), plain rounds at one token per one-token pass; the prefill left out. None if nothing drafted."""
+def predicted_speedup(stats: GenerationStats, costs: CostModel, plain: GenerationStats | None = None) -> float | None:
+    """The prediction for a whole run (or merged runs), over plain decoding's rate (`plain_rate`):
+    every drafter's rounds as in the breakdown (its acceptance model), plain rounds at this engine's
+    one-token pass, and the prefill as this run took it on both sides (plain decoding prefills the
+    same prompt): (P + N) / (P + N · cost / tokens), P the prefill and N the tokens its rounds
+    committed, in plain tokens' seconds. None if nothing drafted."""
+    if not stats.drafted:
+        return None
+    one_pass = 1 / plain_rate(stats, costs, plain)[0]
     tokens = cost = 0.0
     for name, tally in stats.by_drafter.items():
         if name != "plain" and tally.drafting_rounds:
-            model = _tally_model(name, tally, costs)
+            model = _tally_model(name, tally, costs, one_pass)
             tokens += tally.rounds * model["predicted_tokens"]
             cost += tally.rounds * model["cost"]
         else:  # plain rounds, with what asking the lookups cost in them
             tokens += tally.rounds
-            cost += tally.rounds + tally.draft_seconds / costs.observed_pass(1)
-    return tokens / cost if stats.drafted and cost else None
+            cost += (tally.rounds * costs.observed_pass(1) + tally.draft_seconds) / one_pass
+    if not cost:
+        return None
+    committed = sum(t.committed for t in stats.by_drafter.values())
+    prefill = stats.prefill_seconds / one_pass
+    return (prefill + committed) / (prefill + committed * cost / tokens)
 
 
-def drafter_breakdown(stats: GenerationStats, costs: CostModel,
-                      plain_tokens_per_second: float | None = None) -> list[dict]:
-    rate, baseline = plain_rate(stats, costs, plain_tokens_per_second)
+def drafter_breakdown(stats: GenerationStats, costs: CostModel, plain: GenerationStats | None = None) -> list[dict]:
+    """Per drafter: its rounds' inputs to the acceptance models, their predictions and what its rounds
+    measured, each × plain decoding's rate in its rounds (`plain_rate`; `plain`: a plain run beside)."""
+    rate, baseline = plain_rate(stats, costs, plain)
     rows = []
     for name, tally in stats.by_drafter.items():
         if name == "plain" or not tally.drafting_rounds:
             continue
-        m = _tally_model(name, tally, costs)
+        m = _tally_model(name, tally, costs, 1 / rate)
         seconds = tally.draft_seconds + tally.verify_seconds
         rows.append({
             "drafter": name, "rounds": tally.rounds, "drafting_share": round(m["share"], 3), "gamma": m["gamma"],

@@ -22,7 +22,7 @@ def run_summary(stats: GenerationStats, costs: CostModel | None, plain: Generati
         "breakdown": [], "worked_example": [],
     }
     if costs is not None and stats.drafted:
-        out["breakdown"] = drafter_breakdown(stats, costs, out["plain_tokens_per_second"])
+        out["breakdown"] = drafter_breakdown(stats, costs, plain)
         main = max(out["breakdown"], key=lambda row: row["rounds"])
         out["worked_example"] = worked_example(main, out)
     return out

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-FORMAT_VERSION = 4  # 4: passes timed at two context lengths (`per_context`); 3: each figure's spread kept
+FORMAT_VERSION = 5  # 5: proposals timed after a target pass; 4: passes at two context lengths (`per_context`); 3: spreads kept
 # beside it, busy measurements not cached; 2: drafters re-measured once a chain's catch-up computed one
 # row of draft logits
 
@@ -48,6 +48,7 @@ CONTEXT_FLOOR = 0.25  # a pass priced at a short context costs at least this sha
 RATIO_LIMITS = (0.25, 4.0)  # an observed / table ratio outside this is clipped (a stall, a page fault)
 DRIFT_BOUND = 1.5  # real rounds of a size this much dearer (or cheaper) than the table's shape: measure again...
 DRIFT_MIN_ROUNDS = 100  # ...once that many rounds of the size (and of plain rounds, or proposals) say so
+MIN_OBSERVED_ROUNDS = 8  # rounds of a size before their mean seconds price it in a run's analysis (`observed_pass`)
 DRIFT_NEGLIGIBLE = 0.05  # a drafter's drift moves no prediction while it adds less than this share of T(1) a
 # proposal (an EAGLE-3 head's few ms beside an 8B-class pass: measuring the whole table again would cost minutes)
 
@@ -77,6 +78,10 @@ class Calibration:
     def mean_seconds(self, tokens: int) -> float | None:
         """What calls of size k took on average (each clipped as its ratio is), or None if none was seen."""
         return self.seconds[tokens] / self.sums[tokens][1] if tokens in self.sums else None
+
+    def count(self, tokens: int) -> int:
+        """Calls of size k observed."""
+        return int(self.sums.get(tokens, (0.0, 0))[1])
 
     def lifetime_ratio(self, tokens: int) -> float:
         """The mean r of size k; where k was never observed, that of the reference size, or of every
@@ -142,13 +147,15 @@ class CostModel:
                    CONTEXT_FLOOR * seconds)
 
     def observed_pass(self, tokens: int) -> float:
-        """T(tokens) as the rounds of this engine's life so far cost on average (the table's figure
-        times the reference size's mean ratio where no round of this size was seen; as the table has
-        it where calibration is off): how a run's analysis prices its passes."""
+        """T(tokens) as the rounds of this engine's life so far cost on average; where fewer than
+        MIN_OBSERVED_ROUNDS rounds of this size were seen (one round is noise: a single plain round
+        priced a whole run's analysis 25% off), the table's figure times the mean ratio of every round
+        seen; as the table has it where calibration is off. How a run's analysis prices its passes."""
         if not self.calibrate:
             return self.target_pass(tokens)
-        seen = self.calibration.mean_seconds(tokens)
-        return seen if seen is not None else self.target_pass(tokens) * self.calibration.lifetime_ratio(tokens)
+        if self.calibration.count(tokens) >= MIN_OBSERVED_ROUNDS:
+            return self.calibration.mean_seconds(tokens)
+        return self.target_pass(tokens) * self.calibration.overall()
 
     def observe_round(self, tokens: int, seconds: float, context: int | None = None) -> None:
         """A round that verified `tokens` tokens (1: a plain step) after `context` cached ones took
