@@ -72,7 +72,7 @@ def breakdown_table(rows: list[dict], stats, console) -> None:
     console.print(table)
     if rows:
         console.print(f"[dim]f: share of its rounds that drafted; γ: mean draft positions per drafting round; "
-                      f"c: draft cost per token / T(1); v: verify pass / T(1); model: the acceptance model's "
+                      f"c: draft cost per token, v: verify pass, each / plain decoding's time per token; model: the acceptance model's "
                       f"prediction from α, γ, f, c, v (docs/ARCHITECTURE.md); costed: the cost model with the "
                       f"acceptance as it happened; its rounds: the tokens its rounds committed per second of those "
                       f"rounds. Each × is over plain decoding's rate (from: {rows[0]['baseline']}); none is the "

@@ -5,16 +5,17 @@ For each drafter that drafted in a run:
     γ          the mean number of draft positions it proposed in the rounds where it proposed any, rounded
     f          the share of its rounds where it proposed any (a lookup with no match proposes none,
                and that round is a plain step)
-    c          its draft seconds in the run per drafted token, relative to a one-token target pass T(1)
-    d          its draft seconds in the run per round, relative to T(1): what its proposals cost,
+    c          its draft seconds in the run per drafted token, relative to plain decoding's seconds per
+               token (below), the unit of every figure here
+    d          its draft seconds in the run per round, in that unit: what its proposals cost,
                those that found nothing included (a lookup is asked in rounds it does not draft in)
     n          the mean number of draft tokens its passes verified, rounded (a chain: γ; a tree: its nodes)
-    v          the cost of a pass over n+1 tokens relative to T(1), both as the engine's rounds of those
-               sizes cost on average over its life (`CostModel.observed_pass`: the measured curve,
+    v          the cost of a pass over n+1 tokens, in that unit, as the engine's rounds of that size
+               cost on average over its life (`CostModel.observed_pass`: the measured curve,
                calibrated by every round it observed; the policy prices by the table alone)
-    predicted  (f·E + (1 − f)) / (f·v + (1 − f) + d): the drafting rounds at E tokens each, plain
-               steps for the rest, where E is the acceptance model's tokens per drafting round,
-               averaged over the draft lengths the run proposed. The model (`acceptance_model`) is
+    predicted  (f·E + (1 − f)) / (f·v + (1 − f)·u + d), u this engine's one-token pass (as v): the
+               drafting rounds at E tokens each, plain steps for the rest, where E is the acceptance
+               model's tokens per drafting round, averaged over the draft lengths the run proposed. The model (`acceptance_model`) is
                run-aware where the run kept counts per position: E = 1 + α₁(1 − β^γ)/(1 − β) with α₁
                the first position's acceptance and β the later positions' given the one before was
                (`theory.fit_runs`); the seed's i.i.d. E = (1 − α^(γ+1)) / (1 − α) otherwise, and
@@ -26,9 +27,12 @@ For each drafter that drafted in a run:
                (`measured_speedup`): a share of the run, not the run's speed-up, which counts the
                prefill and every round
 
-Plain decoding's rate is, by preference, the one measured side by side (`plain_tokens_per_second`,
-e.g. from `--compare` or a benchmark), else that of this run's own plain rounds (at least
-MIN_PLAIN_ROUNDS of them), else 1 / T(1) from the cost model; the row says which.
+Plain decoding's rate (in its rounds: the prefill left out) is, by preference, that of a plain run
+beside (`--compare`, a benchmark), else that of this run's own plain rounds (at least
+MIN_PLAIN_ROUNDS of them), else 1 / T(1) from the cost model; the row says which. Every figure above
+is in plain decoding's seconds per token at that rate, and a plain round of this run costs this
+engine's observed T(1) in those units. The whole run's prediction (`predicted_speedup`) adds the
+prefill, as the run took it, to both sides: the speed-up it is checked against is a whole run's.
 """
 
 from __future__ import annotations

@@ -17,16 +17,13 @@ from pathlib import Path
 
 import torch
 
-from specdec.decode.batch import CACHE_STEP
 
 DEFAULT_SHARE = 0.8  # of the memory available at start (weights excluded) that KV caches may take
 
 
 def cache_bytes_per_slot(net) -> int:
     """Bytes of one slot (one token's keys and values at every layer) of the model's cache."""
-    cache = net.new_cache(CACHE_STEP)
-    tensors = [t for t in vars(cache).values() if isinstance(t, torch.Tensor)]
-    return sum(t.numel() * t.element_size() for t in tensors) // CACHE_STEP
+    return net.new_cache(1).slot_bytes()
 
 
 def weight_bytes(net) -> int:
