@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-FAMILIES = ("llama", "llama3-rope", "qwen2", "qwen3", "mistral", "llama-untied")
+FAMILIES = ("llama", "llama3-rope", "qwen2", "qwen3", "mistral", "llama-untied", "phi3")
 
 
 def tiny_hf_config(family: str, vocab_size: int = 64, max_positions: int = 256):
-    from transformers import LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
+    from transformers import LlamaConfig, MistralConfig, Phi3Config, Qwen2Config, Qwen3Config
 
     common = dict(
         vocab_size=vocab_size, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
@@ -38,6 +38,8 @@ def tiny_hf_config(family: str, vocab_size: int = 64, max_positions: int = 256):
         return Qwen3Config(**common, tie_word_embeddings=False, rope_theta=1000000.0, head_dim=16)
     if family == "mistral":
         return MistralConfig(**common, tie_word_embeddings=False, sliding_window=None)
+    if family == "phi3":  # q/k/v and gate/up stored fused (qkv_proj, gate_up_proj)
+        return Phi3Config(**common, tie_word_embeddings=False, rope_theta=10000.0, pad_token_id=None, sliding_window=None)
     raise ValueError(family)
 
 

@@ -300,3 +300,87 @@ def test_unsupported_architecture_gets_one_line(tmp_path, tokenizer_gguf):
     with pytest.raises(ModelLoadError, match=r"is a 'phi3x' model, which specdec's runtime does not run") as err:
         hf_config(read_gguf(path), path)
     assert "\n" not in str(err.value)
+
+
+PHI3 = Shape("phi3", 2, 256, 512, 4, 2, rope_theta=10000.0, tied=False)  # q/k/v and gate/up stored fused
+
+
+def _swap_gate_and_up(path, out):
+    """A copy of a phi3 F32 file whose fused ffn_up holds [up; gate] instead of [gate; up]."""
+    import gguf
+
+    data = bytearray(path.read_bytes())
+    for tensor in gguf.GGUFReader(str(path)).tensors:
+        if tensor.name.endswith("ffn_up.weight"):  # F32 rows, gate's first: swap the two halves' bytes
+            start, size = int(tensor.data_offset), int(tensor.n_bytes)
+            half = size // 2
+            data[start:start + size] = data[start + half:start + size] + data[start:start + half]
+    out.write_bytes(bytes(data))
+    return out
+
+
+def test_phi3_files_equal_transformers_reading_of_the_same_file(tmp_path, tokenizer_gguf, monkeypatch):
+    """A Phi-3 file (GGUF architecture phi3: q/k/v stored as one attn_qkv, gate and up as one ffn_up)
+    runs as its rows are stored: its logits equal those of transformers loading the same file (its
+    own GGUF reader and Phi3ForCausalLM, an independent reading) within float32 round-off. Control:
+    the file with gate and up swapped inside ffn_up gives logits far outside that bound."""
+    from transformers import AutoModelForCausalLM
+
+    from specdec.runtime import load_model
+    from tolerances import decoder_sums, max_difference, round_off
+
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "cache"))
+    path = write_gguf(tmp_path / "phi3.gguf", PHI3, "F32", tokenizer_gguf)
+    ids = torch.arange(300, 340)[None]  # [1, 40]
+    reference = AutoModelForCausalLM.from_pretrained(str(tmp_path), gguf_file=path.name, dtype=torch.float32).eval()
+    with torch.no_grad():
+        want = reference(ids).logits[0]  # [40, V]
+    net = load_model(str(path), kv_cache="float32").net
+    assert net.config.family == "phi3"
+    bound = round_off(want, *decoder_sums(net.config))
+    assert max_difference(net.forward(ids, net.new_cache(64))[0], want) <= bound
+    swapped = _swap_gate_and_up(path, tmp_path / "phi3-swapped.gguf")
+    other = load_model(str(swapped), kv_cache="float32").net
+    assert max_difference(other.forward(ids, other.new_cache(64))[0], want) > 100 * bound
+
+
+def test_a_phi3_file_runs_as_stored_and_speculates_exactly(tmp_path, tokenizer_gguf, monkeypatch):
+    """A Phi-3 file in Q4_K_M's mix (its fused attn_qkv one step up, Q5_K, as llama.cpp's quantizer
+    gives it) loads without a float copy, every linear in its stored type; greedy prompt lookup equals
+    plain decoding on it."""
+    from specdec.decode.engine import Engine, GenerationConfig
+    from specdec.drafters import PromptLookupDrafter
+    from specdec.runtime import gguf_convert, load_model
+
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "cache"))
+    path = write_gguf(tmp_path / "phi3-q4km.gguf", replace(PHI3, mlp=1024), "Q4_K_M", tokenizer_gguf)
+    monkeypatch.setattr(gguf_convert, "_convert_weights", lambda *a: pytest.fail("a float copy was written"))
+    model = load_model(str(path))
+    assert model.weights.forms == {"Q4_K", "Q5_K", "Q6_K"}
+    ids = Engine(model).encode("the cat sat on the mat. the cat sat on the mat. the cat", chat=False)
+    settings = GenerationConfig(max_new_tokens=24, gamma=4, ignore_eos=True)
+    plain = Engine(model).generate(ids, settings)
+    assert Engine(model, PromptLookupDrafter()).generate(ids, settings).token_ids == plain.token_ids
+
+
+@pytest.mark.parametrize("old, new, refused", [
+    # the stored RoPE width, 64 (the head's), made 48 (a uint32 after the key and its type tag)
+    (b"phi3.rope.dimension_count" + (4).to_bytes(4, "little") + (64).to_bytes(4, "little"),
+     b"phi3.rope.dimension_count" + (4).to_bytes(4, "little") + (48).to_bytes(4, "little"),
+     r"applies RoPE to 48 of each head's 64 dimensions"),
+    (b"blk.0.attn_output.weight", b"rope_factors_long.weight", r"uses LongRoPE"),  # a tensor of that name
+])
+def test_phi3_variants_the_runtime_does_not_run_get_one_line(tmp_path, tokenizer_gguf, old, new, refused):
+    """Phi-4-mini's partial RoPE and the LongRoPE factors of Phi-3-128k / Phi-3.5 / Phi-4-mini are
+    refused by name, each in one line; the plain file is not (the control)."""
+    from specdec.runtime.gguf_convert import hf_config, read_gguf
+
+    plain = write_gguf(tmp_path / "phi3.gguf", PHI3, "Q8_0", tokenizer_gguf)
+    assert hf_config(read_gguf(plain), plain)["architectures"] == ["Phi3ForCausalLM"]
+    data = plain.read_bytes()
+    assert data.count(old) == 1
+    path = tmp_path / "phi3-variant.gguf"
+    path.write_bytes(data.replace(old, new))
+    with pytest.raises(ModelLoadError, match=refused) as err:
+        hf_config(read_gguf(path), path)
+    assert "\n" not in str(err.value)

@@ -194,3 +194,12 @@ def test_the_readme_stays_short():
     """The README is what a user reads first (issue 55): at most 2,000 words, as `wc -w` counts them;
     the details live in docs/."""
     assert len(README.read_text().split()) <= 2000
+
+
+def test_the_readme_lists_the_models_the_loader_runs():
+    """The README's list of what runs is the loader's own (`gguf_convert.RUNS`, which its refusal of
+    another architecture quotes too)."""
+    from specdec.runtime.gguf_convert import RUNS
+
+    text = " ".join(README.read_text().split())
+    assert f"Any Llama-family GGUF runs as it is stored: {RUNS}; other architectures are refused by name." in text

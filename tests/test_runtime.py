@@ -36,7 +36,7 @@ def transformers_logits(folder, ids: list[int]) -> torch.Tensor:
 def test_lean_logits_equal_transformers(family_folder):
     ids = torch.randint(0, 64, (40,), generator=torch.Generator().manual_seed(0)).tolist()
     lean = load_model(str(family_folder), kv_cache="float32")  # transformers' float32 cache
-    assert lean.net.config.family in ("llama", "qwen2", "qwen3", "mistral")
+    assert lean.net.config.family in ("llama", "qwen2", "qwen3", "mistral", "phi3")
     ours = lean.net.forward(torch.tensor([ids]), lean.net.new_cache(64))[0]  # [T, V]
     ref = transformers_logits(family_folder, ids)
     assert_round_off(ours, ref, lean.net)

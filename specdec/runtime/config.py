@@ -1,4 +1,4 @@
-"""Configuration of a Llama-family model (Llama 2/3, SmolLM2, Qwen2, Qwen3, Mistral).
+"""Configuration of a Llama-family model (Llama 2/3, SmolLM2, Qwen2, Qwen3, Mistral, Phi-3/Phi-4).
 
 One dataclass, filled from a Hugging Face `config.json` or from GGUF metadata. Everything the
 lean runtime needs to build the network is here; nothing else is read from the source files.
@@ -16,6 +16,7 @@ SUPPORTED_ARCHITECTURES = {
     "MistralForCausalLM": "mistral",
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
+    "Phi3ForCausalLM": "phi3",  # Llama's layers with q/k/v and gate/up stored fused (the runtime fuses them anyway)
 }
 
 
@@ -36,7 +37,7 @@ class ModelConfig:
     attention_bias: bool = False  # Qwen2: bias on q, k, v projections
     qk_norm: bool = False  # Qwen3: an RMS norm over each head's q and k (head_dim wide) before RoPE
     tie_word_embeddings: bool = False
-    sliding_window: int | None = None  # Mistral: attention limited to this many positions
+    sliding_window: int | None = None  # Mistral, Phi-3: attention limited to this many positions
     family: str = "llama"
     bos_token_id: int | None = None
     eos_token_ids: list[int] = field(default_factory=list)
@@ -81,7 +82,8 @@ class ModelConfig:
             hidden = hf["hidden_size"]
             eos = hf.get("eos_token_id")
             eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
-            use_window = hf.get("use_sliding_window", family == "mistral")
+            use_window = hf.get("use_sliding_window", family in ("mistral", "phi3"))
+            _refuse_partial_rotary(hf)
             return cls(
                 vocab_size=hf["vocab_size"],
                 hidden_size=hidden,
@@ -105,6 +107,14 @@ class ModelConfig:
             )
         except KeyError as missing:
             raise ModelLoadError(f"config.json lacks the field {missing}") from None
+
+
+def _refuse_partial_rotary(hf: dict[str, Any]) -> None:
+    """RoPE over part of each head (Phi-4-mini: 0.75) is not implemented: one line naming it."""
+    factor = hf.get("partial_rotary_factor") or (hf.get("rope_parameters") or {}).get("partial_rotary_factor") or 1.0
+    if factor != 1.0:
+        raise ModelLoadError(f"this model applies RoPE to a part of each head (partial_rotary_factor {factor}), which "
+                             "the lean runtime does not implement; load it with --runtime transformers instead")
 
 
 def _rope_theta(hf: dict[str, Any]) -> float:

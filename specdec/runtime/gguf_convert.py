@@ -35,7 +35,9 @@ from specdec.errors import ModelLoadError
 CONVERSION_VERSION = 2
 DIGESTS = "digests.json"  # under the cache's gguf/: each file version's digest, so that a file is read through once
 DIGEST_CHUNK = 1 << 24
-ARCH_TO_HF = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+ARCH_TO_HF = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+              "phi3": "Phi3ForCausalLM"}
+RUNS = "Llama 2/3/3.1/3.2, Mistral, Qwen2/2.5, Qwen3, Phi-3-mini/medium-4k and Phi-4"  # the models those files hold
 FLOAT_WEIGHTS = "model.safetensors"
 
 
@@ -189,7 +191,7 @@ def _hf_config(reader, gguf_path: Path) -> dict:
     if arch not in ARCH_TO_HF:
         raise ModelLoadError(
             f"{gguf_path.name} is a '{arch}' model, which specdec's runtime does not run (it runs the "
-            f"Llama family: {', '.join(ARCH_TO_HF)} GGUF files: Llama 2/3/3.1/3.2, Mistral, Qwen2/2.5, Qwen3)"
+            f"Llama family: {', '.join(ARCH_TO_HF)} GGUF files: {RUNS})"
         )
     refuse_unsupported_types(reader, gguf_path)
     num_heads = gguf_field(reader, f"{arch}.attention.head_count")
@@ -221,6 +223,8 @@ def _hf_config(reader, gguf_path: Path) -> dict:
     elif scaling != "none":
         raise ModelLoadError(f"{gguf_path.name} uses RoPE scaling '{scaling}', which specdec's runtime does not "
                              "implement (it runs none, linear and Llama 3.1's rope_freqs)")
+    if arch == "phi3":
+        _phi3_fields(reader, gguf_path, config, names)
     if "rope_freqs.weight" in names:  # Llama 3.1/3.2: the divisor of each RoPE frequency, stored as a tensor
         import gguf
 
@@ -228,6 +232,22 @@ def _hf_config(reader, gguf_path: Path) -> dict:
         factors = gguf.quants.dequantize(tensor.data, tensor.tensor_type).astype(np.float32).ravel()
         config["rope_freq_factors"] = [float(f) for f in factors]
     return config
+
+
+def _phi3_fields(reader, gguf_path: Path, config: dict, names: set[str]) -> None:
+    """Phi-3/Phi-4's own metadata: its sliding window (the runtime runs up to the window, where full
+    attention is exact, as for Mistral); LongRoPE (Phi-3-128k, Phi-3.5, Phi-4-mini: rope_factors_long
+    and _short) and RoPE over part of each head (Phi-4-mini) are refused by name."""
+    window = gguf_field(reader, "phi3.attention.sliding_window")
+    if window:
+        config["sliding_window"] = window
+    if "rope_factors_long.weight" in names or "rope_factors_short.weight" in names:
+        raise ModelLoadError(f"{gguf_path.name} uses LongRoPE (rope_factors_long/short: Phi-3-128k, Phi-3.5, "
+                             "Phi-4-mini), which specdec's runtime does not implement")
+    rotary = gguf_field(reader, "phi3.rope.dimension_count", config["head_dim"])
+    if rotary != config["head_dim"]:
+        raise ModelLoadError(f"{gguf_path.name} applies RoPE to {rotary} of each head's {config['head_dim']} "
+                             "dimensions, which specdec's runtime does not implement")
 
 
 def _convert_weights(reader, gguf_path: Path, out: Path) -> None:
@@ -244,7 +264,7 @@ def _convert_weights(reader, gguf_path: Path, out: Path) -> None:
             weight = gguf.quants.dequantize(tensor.data, tensor.tensor_type).astype(np.float32)
         except (NotImplementedError, ValueError) as err:
             raise ModelLoadError(f"cannot dequantize {tensor.name} ({tensor.tensor_type.name}) in {gguf_path}: {err}") from None
-        name = _hf_name(tensor.name, gguf_path)
+        name = _hf_name(tensor.name, gguf_path, arch)
         if arch == "llama" and name.endswith(("q_proj.weight", "k_proj.weight")):
             weight = unpermute_qk(weight, num_heads if "q_proj" in name else num_kv_heads)
         state[name] = torch.from_numpy(np.ascontiguousarray(weight))
@@ -269,11 +289,15 @@ _GGUF_TO_HF = {
 }
 
 
-def _hf_name(name: str, gguf_path: Path) -> str:
+_PHI3_TO_HF = {**_GGUF_TO_HF, "attn_qkv": "self_attn.qkv_proj", "ffn_up": "mlp.gate_up_proj"}  # [q; k; v], [gate; up]
+
+
+def _hf_name(name: str, gguf_path: Path, arch: str = "llama") -> str:
     parts = name.split(".")
+    names = _PHI3_TO_HF if arch == "phi3" else _GGUF_TO_HF
     try:
         if parts[0] == "blk":  # blk.{i}.{module}.{weight|bias}
-            return f"model.layers.{parts[1]}.{_GGUF_TO_HF[parts[2]]}.{parts[3]}"
+            return f"model.layers.{parts[1]}.{names[parts[2]]}.{parts[3]}"
         return f"{_GGUF_TO_HF[parts[0]]}.{parts[1]}"
     except (KeyError, IndexError):
         raise ModelLoadError(f"{gguf_path.name} has a tensor this runtime does not know: {name}") from None

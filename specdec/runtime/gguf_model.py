@@ -8,7 +8,8 @@ kernels' layout for its type (`quant.PACKED_GGUF_TYPES`), and the result is kept
 (`packed_file`, about the GGUF's size, in its own subfolder); later loads memory-map it and start at once. Exactly: the weights the layer multiplies by are
 the file's, as `gguf.quants.dequantize` computes them. Fused layers (q/k/v, gate/up) whose tensors
 have different types keep a part per type (`quant.gguf_parts`: a Q4_K q and k beside a Q6_K v are
-two parts of one layer), or run as float32 where a tensor is a float type. The token table stays quantized (`QuantizedEmbedding`: rows dequantized as
+two parts of one layer), or run as float32 where a tensor is a float type; Phi-3 files store q/k/v
+and gate/up fused already (`PHI3_SOURCES`), in the runtime's order. The token table stays quantized (`QuantizedEmbedding`: rows dequantized as
 they are gathered; a tied LM head shares it). Norms, biases and `rope_freqs` are small float tensors.
 
 Types: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K run in their kernels; F32, F16
@@ -43,6 +44,8 @@ from specdec.runtime.weight_formats import LAYER_SOURCES, WeightReport
 from specdec.terminal import plural
 
 LAYOUT_SOURCES = ("quant_formats.h", "gguf_pack.cpp")  # what the packed layouts depend on
+PHI3_SOURCES = {**LAYER_SOURCES, "attn.qkv": ("attn_qkv",), "mlp.gate_up": ("ffn_up",)}  # Phi-3 stores
+# them fused, [q; k; v] and [gate; up]: the runtime's own fused layers, row for row
 PLAN_VERSION = b"parts-1"  # the form of the packed file's plan (below), part of its name
 
 
@@ -152,7 +155,7 @@ def pack_weights(path: Path, config: ModelConfig) -> tuple[dict[str, torch.Tenso
         if config.qk_norm:
             for p in "qk":
                 state[f"{at}attn.{p}_norm.weight"] = floats(f"{blk}attn_{p}_norm.weight").reshape(-1)
-        for module, sources in LAYER_SOURCES.items():
+        for module, sources in (PHI3_SOURCES if arch == "phi3" else LAYER_SOURCES).items():
             linear(at + module, tuple(f"{blk}{s}.weight" for s in sources))
     state["norm.weight"] = floats("output_norm.weight").reshape(-1)
     linear("lm_head", ("token_embd.weight" if config.tie_word_embeddings else "output.weight",))

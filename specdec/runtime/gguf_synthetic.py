@@ -30,7 +30,7 @@ BLOCKS = {
 class Shape:
     """What a Llama-family file's tensors need."""
 
-    arch: str  # GGUF architecture: llama, qwen2 or qwen3
+    arch: str  # GGUF architecture: llama, qwen2, qwen3 or phi3 (q/k/v and gate/up stored fused)
     layers: int
     hidden: int
     mlp: int
@@ -54,6 +54,7 @@ SHAPES = {
     "qwen2.5-1.5b": Shape("qwen2", 28, 1536, 8960, 12, 2, rope_theta=1000000.0),
     "qwen3-0.6b": Shape("qwen3", 28, 1024, 3072, 16, 8, vocab=151936, rope_theta=1000000.0, head_dim=128),
     "qwen3-8b": Shape("qwen3", 36, 4096, 12288, 32, 8, vocab=151936, tied=False, rope_theta=1000000.0, head_dim=128),
+    "phi-4": Shape("phi3", 40, 5120, 17920, 40, 10, vocab=100352, tied=False, rope_theta=250000.0),
 }
 
 
@@ -63,9 +64,14 @@ def use_more_bits(layer: int, layers: int) -> bool:
 
 
 def tensor_type(file_type: str, kind: str, layer: int, layers: int) -> str:
-    """The type llama.cpp's quantizer gives tensor `kind` ("output", "token_embd", "attn_v", ...)."""
+    """The type llama.cpp's quantizer gives tensor `kind` ("output", "token_embd", "attn_v", ...); a
+    float file is float throughout."""
+    if file_type in ("F16", "F32"):
+        return file_type
     if kind in ("output", "token_embd_tied"):
         return "Q8_0" if file_type == "Q8_0" else "Q6_K"
+    if kind == "attn_qkv" and file_type in ("Q4_K_M", "Q5_K_M"):  # a fused q/k/v (Phi-3): one step up
+        return "Q5_K" if file_type == "Q4_K_M" else "Q6_K"
     if file_type in ("Q4_K_M", "Q5_K_M"):
         base = "Q4_K" if file_type == "Q4_K_M" else "Q5_K"
         if kind in ("attn_v", "ffn_down") and use_more_bits(layer, layers):
@@ -111,6 +117,8 @@ def write_gguf(path: Path, shape: Shape, file_type: str, tokenizer_gguf: Path, *
     if shape.head_dim:
         writer.add_key_length(head_dim)
         writer.add_value_length(head_dim)
+    if arch == "phi3":
+        writer.add_rope_dimension_count(head_dim)
 
     def linear(name: str, kind: str, layer: int, out: int, inp: int) -> None:
         type_name = tensor_type(file_type, kind, layer, shape.layers)
@@ -135,9 +143,12 @@ def write_gguf(path: Path, shape: Shape, file_type: str, tokenizer_gguf: Path, *
         blk = f"blk.{i}."
         norm(blk + "attn_norm.weight", shape.hidden)
         norm(blk + "ffn_norm.weight", shape.hidden)
-        linear(blk + "attn_q.weight", "attn_q", i, shape.heads * head_dim, shape.hidden)
-        linear(blk + "attn_k.weight", "attn_k", i, shape.kv_heads * head_dim, shape.hidden)
-        linear(blk + "attn_v.weight", "attn_v", i, shape.kv_heads * head_dim, shape.hidden)
+        if arch == "phi3":
+            linear(blk + "attn_qkv.weight", "attn_qkv", i, (shape.heads + 2 * shape.kv_heads) * head_dim, shape.hidden)
+        else:
+            linear(blk + "attn_q.weight", "attn_q", i, shape.heads * head_dim, shape.hidden)
+            linear(blk + "attn_k.weight", "attn_k", i, shape.kv_heads * head_dim, shape.hidden)
+            linear(blk + "attn_v.weight", "attn_v", i, shape.kv_heads * head_dim, shape.hidden)
         if arch == "qwen2":
             for part, size in (("q", shape.heads), ("k", shape.kv_heads), ("v", shape.kv_heads)):
                 writer.add_tensor(f"{blk}attn_{part}.bias", rng.standard_normal(size * head_dim).astype(np.float32) / 8)
@@ -145,8 +156,11 @@ def write_gguf(path: Path, shape: Shape, file_type: str, tokenizer_gguf: Path, *
             for part in "qk":
                 writer.add_tensor(f"{blk}attn_{part}_norm.weight", rng.uniform(0.5, 1.5, head_dim).astype(np.float32))
         linear(blk + "attn_output.weight", "attn_output", i, shape.hidden, shape.heads * head_dim)
-        linear(blk + "ffn_gate.weight", "ffn_gate", i, shape.mlp, shape.hidden)
-        linear(blk + "ffn_up.weight", "ffn_up", i, shape.mlp, shape.hidden)
+        if arch == "phi3":
+            linear(blk + "ffn_up.weight", "ffn_up", i, 2 * shape.mlp, shape.hidden)  # [gate; up]
+        else:
+            linear(blk + "ffn_gate.weight", "ffn_gate", i, shape.mlp, shape.hidden)
+            linear(blk + "ffn_up.weight", "ffn_up", i, shape.mlp, shape.hidden)
         linear(blk + "ffn_down.weight", "ffn_down", i, shape.hidden, shape.mlp)
         if progress is not None:
             progress(i + 1, shape.layers)

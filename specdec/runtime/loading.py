@@ -276,7 +276,9 @@ def _lean_state_dict(folder: Path, config: ModelConfig, device: str, dtype: torc
         attn = src + "self_attn."
         put(dst + "attn_norm.weight", take(src + "input_layernorm.weight"))
         put(dst + "mlp_norm.weight", take(src + "post_attention_layernorm.weight"))
-        put(dst + "attn.qkv.weight", torch.cat([take(attn + p + "_proj.weight") for p in "qkv"]))
+        fused = attn + "qkv_proj.weight" in raw  # Phi-3 stores q, k and v as one [q; k; v] projection
+        put(dst + "attn.qkv.weight", take(attn + "qkv_proj.weight") if fused else
+            torch.cat([take(attn + p + "_proj.weight") for p in "qkv"]))
         if config.attention_bias:
             put(dst + "attn.qkv.bias", torch.cat([take(attn + p + "_proj.bias") for p in "qkv"]))
         if config.qk_norm:
@@ -284,7 +286,9 @@ def _lean_state_dict(folder: Path, config: ModelConfig, device: str, dtype: torc
             put(dst + "attn.k_norm.weight", take(attn + "k_norm.weight"))
         put(dst + "attn.o.weight", take(attn + "o_proj.weight"))
         mlp = src + "mlp."
-        put(dst + "mlp.gate_up.weight", torch.cat([take(mlp + "gate_proj.weight"), take(mlp + "up_proj.weight")]))
+        fused = mlp + "gate_up_proj.weight" in raw  # Phi-3: [gate; up], the runtime's own order
+        put(dst + "mlp.gate_up.weight", take(mlp + "gate_up_proj.weight") if fused else
+            torch.cat([take(mlp + "gate_proj.weight"), take(mlp + "up_proj.weight")]))
         put(dst + "mlp.down.weight", take(mlp + "down_proj.weight"))
     raw.pop("lm_head.weight", None)  # some tied checkpoints store a copy
     leftovers = [k for k in raw if not k.endswith("rotary_emb.inv_freq")]
