@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import shlex
 import shutil
