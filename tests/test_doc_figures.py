@@ -4,9 +4,9 @@ A figure is a number with a unit: ×, %, s, ms, µs, MB, GB, MiB, GiB, tokens/s.
 paragraph or table that holds it, or the block just before or after (a table's caption, its source
 line), names a file or folder under docs/bench/ whose text holds the number (commas dropped; a folder:
 any text file in it). A figure that is not a measurement (a default, a limit, a test's false-positive
-rate) or that still awaits its recorded run is listed in docs/bench/FIGURES.md, each with what it is;
-the test fails on a figure neither backed nor listed, and on a listed one no longer in the docs (the
-list only shrinks as figures get their runs). Nothing is run: the docs and docs/bench are read as text.
+rate) is listed in docs/bench/FIGURES.md, each with what it is; a measurement never is (the kinds
+have no place for one). The test fails on a figure neither backed nor listed, and on a listed one no
+longer in the docs. Nothing is run: the docs and docs/bench are read as text.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def figures(path: Path) -> list[tuple[str, int, str, bool]]:
     return found
 
 
-KINDS = ("setting", "test", "formula", "not a figure", "awaiting a recorded run")
+KINDS = ("setting", "test", "formula", "not a figure")  # no measurement is listed: a measured figure needs its run
 
 
 def ledger_rows() -> list[list[str]]:
