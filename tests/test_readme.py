@@ -188,7 +188,6 @@ def test_the_drafter_table_lists_every_kind_the_parser_takes():
     assert listed == set(DRAFTER_KINDS)
 
 
-
 def test_the_readme_stays_short():
     """The README is what a user reads first (issue 55): at most 2,000 words, as `wc -w` counts them;
     the details live in docs/."""

@@ -44,21 +44,23 @@ from specdec.control.theory import expected_tokens_per_pass, fit_runs
 MIN_PLAIN_ROUNDS = 8
 
 
-def rounds_rate(stats: GenerationStats) -> float:
-    """Tokens per second of a run's rounds: what they committed over their draft and verify seconds
-    (the prefill left out)."""
-    seconds = stats.draft_seconds + stats.verify_seconds
-    return sum(t.committed for t in stats.by_drafter.values()) / seconds if seconds else 0.0
+def rounds_rate(tallies) -> float:
+    """Tokens per second of some rounds (`RoundTally`s): what they committed over their draft and
+    verify seconds, the prefill left out (0 where they took no time)."""
+    tallies = list(tallies)
+    seconds = sum(t.draft_seconds + t.verify_seconds for t in tallies)
+    return sum(t.committed for t in tallies) / seconds if seconds else 0.0
 
 
 def plain_rate(stats: GenerationStats, costs: CostModel, plain: GenerationStats | None = None) -> tuple[float, str]:
     """(plain decoding's tokens per second in its rounds, the prefill left out; where that number
     comes from): a plain run's beside, else this run's own plain rounds, else the cost model's T(1)."""
-    if plain is not None and rounds_rate(plain):
-        return rounds_rate(plain), "plain run"
+    beside = rounds_rate(plain.by_drafter.values()) if plain is not None else 0.0
+    if beside:
+        return beside, "plain run"
     rounds = stats.by_drafter.get("plain")
     if rounds and rounds.rounds >= MIN_PLAIN_ROUNDS and rounds.verify_seconds > 0:
-        return rounds.committed / (rounds.draft_seconds + rounds.verify_seconds), "plain rounds of this run"
+        return rounds_rate([rounds]), "plain rounds of this run"
     return 1 / costs.observed_pass(1), "cost model T(1)"
 
 
@@ -84,7 +86,7 @@ def _tally_model(name: str, tally, costs: CostModel, one_pass: float) -> dict:
     cost = share * verify + (1 - share) * plain_step + draft
     return {
         "gamma": gamma, "verified_tokens": verified, "share": share, "alpha": alpha, "c": c, "draft": draft,
-        "verify": verify, "plain_step": plain_step,
+        "verify": verify,
         "cost": cost, "acceptance_model": "run-aware" if fit else "i.i.d.",
         "alpha_first": fit.first if fit else alpha, "alpha_then": fit.then if fit else alpha,
         "predicted_tokens": share * model + (1 - share),
@@ -127,7 +129,7 @@ def drafter_breakdown(stats: GenerationStats, costs: CostModel, plain: Generatio
         if name == "plain" or not tally.drafting_rounds:
             continue
         m = _tally_model(name, tally, costs, 1 / rate)
-        seconds = tally.draft_seconds + tally.verify_seconds
+        measured = rounds_rate([tally])
         rows.append({
             "drafter": name, "rounds": tally.rounds, "drafting_share": round(m["share"], 3), "gamma": m["gamma"],
             "verified_tokens": m["verified_tokens"],
@@ -139,7 +141,7 @@ def drafter_breakdown(stats: GenerationStats, costs: CostModel, plain: Generatio
             "predicted_speedup": round(m["predicted_tokens"] / m["cost"], 3),
             "iid_speedup": round(m["iid_tokens"] / m["cost"], 3),
             "costed_speedup": round(m["costed_tokens"] / m["cost"], 3),
-            "measured_speedup": round(tally.committed / seconds / rate, 3) if seconds else None,
+            "measured_speedup": round(measured / rate, 3) if measured else None,
             "baseline": baseline,
         })
     return rows

@@ -174,7 +174,8 @@ def measure_draft_cost(model, drafter, context: int, max_gamma: int, repeats: in
 
     def target_pass() -> None:  # untimed: in real rounds a target pass runs between two proposals, and
         # on a CPU it evicts the drafter's weights from the caches (an EAGLE-3 head's proposal after one
-        # took 1.25× what it took back to back on the default model; at the 8B twin the chain ran 1.64× its table)
+        # took 1.24× what it took back to back on the default model, docs/bench/draft-cost-after-pass;
+        # at the 8B twin the chain ran 1.64× its table)
         net.forward(between_id, between_cache)[0, -1, 0].item()
         between_cache.truncate(0)
 
