@@ -30,9 +30,9 @@ from specdec.runtime import load_model
 from specdec.runtime.llama import Segment
 from specdec.runtime.loading import builtin_gguf_path
 from specdec.runtime.gguf_model import GgufTensors
-from specdec.runtime.quant import PACKED_GGUF_TYPES, QuantizedLinear, pack_gguf_tensors, quantize_int4, quantize_int8
+from specdec.runtime.quant import GROUP, PACKED_GGUF_TYPES, QuantizedLinear, pack_gguf_tensors, quantize_int4, quantize_int8
 from specdec.tree import TokenTree, tree_inputs
-from tests.kernel_checks import check_layer_recipe, on_generic_build
+from tests.kernel_checks import check_layer_recipe, on_generic_build, quantized_rows
 from tests.tolerances import decoder_sums, max_difference, round_off
 
 pytestmark = pytest.mark.model
@@ -100,6 +100,54 @@ def test_quantized_layer_follows_its_recipe(gguf_tensors, name):
     layer = _layer(gguf_tensors, name)
     assert layer.bits == (4 if gguf_tensors.type_of(name) == "Q4_1" else 8)
     check_layer_recipe(layer)
+
+
+def _identity_blocks(kind: str, size: int) -> torch.Tensor:
+    """[size, bytes per row] GGUF blocks of the identity matrix: Q8_0 (d = 1, the code 1 on the
+    diagonal) or Q4_K (d = 1, dmin = 0, every sub-block's scale 1 and min 0, the code 1 on the diagonal)."""
+    per_block = 32 if kind == "Q8_0" else 256
+    block_bytes = 34 if kind == "Q8_0" else 144
+    blocks = np.zeros((size, size // per_block, block_bytes), dtype=np.uint8)
+    blocks[:, :, 0:2] = np.array([1.0], dtype=np.float16).view(np.uint8)  # d
+    for n in range(size):
+        i = n % per_block
+        if kind == "Q8_0":
+            blocks[n, n // per_block, 2 + i] = 1
+        else:  # scales[12] at 4: sc of sub-blocks 0-3 in bytes 0-3, 4-7 in the low nibbles of bytes 8-11
+            blocks[n, :, 4:8], blocks[n, :, 12:16] = 1, 1
+            chunk, r = divmod(i, 64)  # qs at 16: 32 bytes per 64 inputs, low nibbles first
+            blocks[n, n // per_block, 16 + 32 * chunk + r % 32] = 1 if r < 32 else 0x10
+    return torch.from_numpy(blocks.reshape(size, -1))
+
+
+def _rows_with_ties(group: int) -> torch.Tensor:
+    """[4, 512] rows whose scale groups make the multiplier exactly ±1 (rows 0-2: each group holds
+    ±127 as its entry of largest magnitude, so half-integers are rounding ties; in row 2 +127 comes
+    before -127, the case where Q8_K's first entry of largest magnitude sets the sign); row 3 random."""
+    x = torch.randn(4, 512, generator=torch.Generator().manual_seed(3)) * 20
+    x[0:3] = x[0:3].clamp(-126, 126)
+    halves = torch.tensor([0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 62.5, -63.5])
+    for first in range(0, 512, group):
+        x[0:3, first + 1:first + 1 + len(halves)] = halves
+        x[0:2, first] = 127.0 if group == GROUP else -127.0
+        x[2, first], x[2, first + 20] = 127.0, -127.0
+    return x
+
+
+@pytest.mark.parametrize("kind", ["Q8_0", "Q4_K"])
+def test_rows_are_quantized_exactly_as_stated(kind):
+    """The identity layer returns the rows as quantized, x̂ = codes · scale: equal bit for bit to the
+    stated recipe (Q8_0 per 32 inputs, Q8_K per 256; ties to even; the first entry of largest
+    magnitude). Control: rounding ties away from zero gives another x̂, so the ties are exercised."""
+    group = GROUP if kind == "Q8_0" else 8 * GROUP
+    layer = QuantizedLinear.from_packed([pack_gguf_tensors([_identity_blocks(kind, 512)], [kind], [None])], [kind])
+    assert torch.equal(layer.dequantized_weight(), torch.eye(512))
+    x = _rows_with_ties(group)
+    x_hat, _ = quantized_rows(x, group)
+    assert torch.equal(layer(x), x_hat.float())
+    ties_away = torch.sign(x[:3]) * torch.floor(x[:3].abs() + 0.5)  # rows 0-2: multiplier ±1, scale 1
+    assert torch.equal(x_hat[:3].float(), torch.round(x[:3]))
+    assert not torch.equal(layer(x)[:3], ties_away)
 
 
 @pytest.mark.parametrize("bits", [4, 8])

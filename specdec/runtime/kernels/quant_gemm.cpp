@@ -101,6 +101,21 @@ inline float span_magnitude(const float* v, int n, float& top) {  // max |v| and
       break;
     }
   }
+#elif SPECDEC_QGEMM_AVX2
+  const __m256 sign = _mm256_set1_ps(-0.f);
+  __m256 m = _mm256_setzero_ps();
+  for (int i = 0; i < n; i += 8) m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(v + i)), m);  // NaN: ignored
+  __m128 fold = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  fold = _mm_max_ps(fold, _mm_movehl_ps(fold, fold));
+  amax = _mm_cvtss_f32(_mm_max_ss(fold, _mm_movehdup_ps(fold)));
+  const __m256 wanted = _mm256_set1_ps(amax);
+  for (int i = 0; i < n && amax > 0.f; i += 8) {
+    const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(v + i)), wanted, _CMP_EQ_OQ));
+    if (hit) {
+      at = i + __builtin_ctz(hit);
+      break;
+    }
+  }
 #else
   for (int i = 0; i < n; ++i)
     if (std::fabs(v[i]) > amax) {
@@ -122,6 +137,24 @@ inline void quantize_block(const float* v, float mul, int8_t* q, int32_t halves[
     const __m512i codes = _mm512_cvtps_epi32(rounded);  // integers already: exact
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16 * h), _mm512_cvtepi32_epi8(codes));
     halves[h] = _mm512_reduce_add_epi32(codes);
+  }
+#elif SPECDEC_QGEMM_AVX2
+  for (int h = 0; h < 2; ++h) {
+    __m256i codes[2];  // inputs 16 h .. 16 h + 7, 16 h + 8 .. 16 h + 15
+    for (int e = 0; e < 2; ++e) {
+      const __m256 scaled = _mm256_mul_ps(_mm256_loadu_ps(v + 16 * h + 8 * e), _mm256_set1_ps(mul));
+      const __m256 rounded = _mm256_min_ps(_mm256_round_ps(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+                                           _mm256_set1_ps(127.f));
+      codes[e] = _mm256_cvtps_epi32(rounded);  // integers already: exact
+    }
+    // packs works within 128-bit lanes: 64-bit quarters (0, 1 of codes[0]; 0, 1 of codes[1]) come out 0, 2, 1, 3
+    const __m256i words = _mm256_permute4x64_epi64(_mm256_packs_epi32(codes[0], codes[1]), 0xD8);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16 * h),
+                     _mm_packs_epi16(_mm256_castsi256_si128(words), _mm256_extracti128_si256(words, 1)));
+    const __m256i both = _mm256_add_epi32(codes[0], codes[1]);
+    __m128i sum = _mm_add_epi32(_mm256_castsi256_si128(both), _mm256_extracti128_si256(both, 1));
+    sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0x4E));
+    halves[h] = _mm_cvtsi128_si32(_mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0xB1)));
   }
 #else
   halves[0] = halves[1] = 0;
@@ -356,7 +389,8 @@ void super_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64
   }
 }
 
-constexpr int kRowChunk = 8;
+template <class F>
+constexpr int kRowChunkOf = 8;
 
 #elif SPECDEC_QGEMM_AVX2
 inline __m256i broadcast4(const void* p) {
@@ -379,85 +413,129 @@ inline __m256 half_to_ps(const uint8_t* p) {  // 8 float16 -> 8 float
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-// As the AVX-512 version, for the outputs 8 side .. 8 side + 7 of the tile, each half block's dot
-// times an int16 weight per output (`weight0`, `weight1`: 1, or a K-quant group's scale code, so
-// that dot0 = sc * I, exact in int32, in the widening step itself). Pairs of u8 * s8 products stay
-// within int16: codes are at most 63, and 8-bit codes are split into two nibbles.
-template <class F, int R, bool kSplit>
-inline void block_dots(const uint8_t* blk, int side, const int8_t* x0, __m256i weight0, __m256i weight1, __m256i* dot0,
-                       __m256i* dot1) {
+// A tile's 16 outputs are two sides of 8 (a 256-bit register each). A pass over a block takes both
+// sides where the running sums fit the registers: each broadcast activation word then serves both,
+// and the tile's bytes are read once, in order (docs/bench/avx2-quantize-sides: 1–4 rows 7–28%
+// faster). That is chunks of up to 4 rows; the per-block 4-bit formats (Q4_0, Q4_1: one sum per row
+// and side, the float steps every block) take all rows so, in chunks of 4; the others take larger
+// chunks (8 rows) one side at a time (8–21% faster than chunks of 4 at 5–16 rows,
+// docs/bench/kernel-pins). Either way every output's integers and float steps are the same.
+template <class F>
+constexpr bool kBothSidesAlways = F::kBits == 4 && F::kHalves == 1 && !F::kSuper;
+template <class F, int R>
+constexpr int kSidesAtOnce = kBothSidesAlways<F> || R <= 4 ? 2 : 1;
+template <class F>
+constexpr int kRowChunkOf = kBothSidesAlways<F> ? 4 : 8;
+
+// As the AVX-512 version, for the outputs of S sides from `side0` (8 side .. 8 side + 7 of the tile),
+// each half block's dot times an int16 weight per output (`weight0[s]`, `weight1[s]`: 1, or a K-quant
+// group's scale code, so that dot0 = sc * I, exact in int32, in the widening step itself). Pairs of
+// u8 * s8 products stay within int16: codes are at most 63, and 8-bit codes are split into two nibbles.
+template <class F, int R, bool kSplit, int S>
+inline void block_dots(const uint8_t* blk, int side0, const int8_t* x0, const __m256i* weight0, const __m256i* weight1,
+                       __m256i (*dot0)[R], __m256i (*dot1)[R]) {
   const __m256i low4 = _mm256_set1_epi8(0x0F), top2 = _mm256_set1_epi8(0x30);
+  const auto codes_at = [&](int64_t offset, int s) {  // 32 bytes of side side0 + s
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + offset + (side0 + s) * 32));
+  };
   SPECDEC_UNROLL
-  for (int r = 0; r < R; ++r) dot0[r] = dot1[r] = _mm256_setzero_si256();
-  const auto accumulate = [&](int r, bool second, __m256i products) {
-    __m256i& sum = kSplit && second ? dot1[r] : dot0[r];
+  for (int s = 0; s < S; ++s) {
+    SPECDEC_UNROLL
+    for (int r = 0; r < R; ++r) dot0[s][r] = dot1[s][r] = _mm256_setzero_si256();
+  }
+  const auto accumulate = [&](int s, int r, bool second, __m256i products) {
+    __m256i& sum = kSplit && second ? dot1[s][r] : dot0[s][r];
     sum = _mm256_add_epi32(sum, products);
     pin(sum);
   };
   if constexpr (F::kBits == 8) {  // u = 16 h + l: two products of codes <= 15 (maddubs would saturate at 255)
     for (int g = 0; g < 8; ++g) {
-      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + g * 64 + side * 32));
-      const __m256i lo = _mm256_and_si256(w, low4);
-      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), low4);
+      __m256i lo[S], hi[S];
+      SPECDEC_UNROLL
+      for (int s = 0; s < S; ++s) {
+        const __m256i w = codes_at(g * 64, s);
+        lo[s] = _mm256_and_si256(w, low4);
+        hi[s] = _mm256_and_si256(_mm256_srli_epi16(w, 4), low4);
+      }
       SPECDEC_UNROLL
       for (int r = 0; r < R; ++r) {
         const __m256i x = broadcast4(x0 + r * kBlock + 4 * g);
-        const __m256i weight = g >= 4 ? weight1 : weight0;
-        accumulate(r, g >= 4, _mm256_add_epi32(_mm256_slli_epi32(dot4(hi, x, weight), 4), dot4(lo, x, weight)));
+        SPECDEC_UNROLL
+        for (int s = 0; s < S; ++s) {
+          const __m256i weight = g >= 4 ? weight1[s] : weight0[s];
+          accumulate(s, r, g >= 4, _mm256_add_epi32(_mm256_slli_epi32(dot4(hi[s], x, weight), 4), dot4(lo[s], x, weight)));
+        }
       }
     }
     return;
   }
-  [[maybe_unused]] __m256i planes[2];
+  [[maybe_unused]] __m256i planes[S][2];
   if constexpr (F::kBits == 6) {
-    planes[0] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 256 + side * 32));
-    planes[1] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 320 + side * 32));
+    SPECDEC_UNROLL
+    for (int s = 0; s < S; ++s) {
+      planes[s][0] = codes_at(256, s);
+      planes[s][1] = codes_at(320, s);
+    }
   }
   // 4-bit codes (u <= 15): a pair of products is at most 2 * 15 * 127 = 3810 in magnitude, so the 8
   // pairs of a lane over the block (4 chunks, low and high) sum exactly in int16 (<= 30480) and are
   // widened once per half block (`pending`); 6-bit codes (u <= 63, a pair <= 16002) sum two pairs in
   // int16 where both go to the same half block (not kSplit), and are widened per chunk otherwise.
   constexpr bool kNarrowSum = F::kBits == 4;
-  [[maybe_unused]] __m256i pending0[R], pending1[R];
+  [[maybe_unused]] __m256i pending0[S][R], pending1[S][R];
   if constexpr (kNarrowSum) {
     SPECDEC_UNROLL
-    for (int r = 0; r < R; ++r) pending0[r] = pending1[r] = _mm256_setzero_si256();
+    for (int s = 0; s < S; ++s) {
+      SPECDEC_UNROLL
+      for (int r = 0; r < R; ++r) pending0[s][r] = pending1[s][r] = _mm256_setzero_si256();
+    }
   }
   SPECDEC_UNROLL
   for (int j = 0; j < 4; ++j) {
-    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + j * 64 + side * 32));
-    __m256i lo = _mm256_and_si256(raw, low4);
-    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
-    if constexpr (F::kBits == 6) {
-      const __m256i high = j % 2 ? _mm256_srli_epi16(planes[j / 2], 4) : planes[j / 2];
-      lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(high, 4), top2));
-      hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(high, 2), top2));
+    __m256i lo[S], hi[S];
+    SPECDEC_UNROLL
+    for (int s = 0; s < S; ++s) {
+      const __m256i raw = codes_at(j * 64, s);
+      lo[s] = _mm256_and_si256(raw, low4);
+      hi[s] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+      if constexpr (F::kBits == 6) {
+        const __m256i high = j % 2 ? _mm256_srli_epi16(planes[s][j / 2], 4) : planes[s][j / 2];
+        lo[s] = _mm256_or_si256(lo[s], _mm256_and_si256(_mm256_slli_epi16(high, 4), top2));
+        hi[s] = _mm256_or_si256(hi[s], _mm256_and_si256(_mm256_slli_epi16(high, 2), top2));
+      }
     }
     SPECDEC_UNROLL
     for (int r = 0; r < R; ++r) {
-      const __m256i low_pairs = _mm256_maddubs_epi16(lo, broadcast4(x0 + r * kBlock + 4 * j));
-      const __m256i high_pairs = _mm256_maddubs_epi16(hi, broadcast4(x0 + r * kBlock + 16 + 4 * j));
-      if constexpr (kNarrowSum && kSplit) {
-        pending0[r] = _mm256_add_epi16(pending0[r], low_pairs);
-        pending1[r] = _mm256_add_epi16(pending1[r], high_pairs);
-        pin(pending0[r]);
-        pin(pending1[r]);
-      } else if constexpr (kNarrowSum) {
-        pending0[r] = _mm256_add_epi16(pending0[r], _mm256_add_epi16(low_pairs, high_pairs));
-        pin(pending0[r]);
-      } else if constexpr (!kSplit) {
-        accumulate(r, false, _mm256_madd_epi16(_mm256_add_epi16(low_pairs, high_pairs), weight0));
-      } else {
-        accumulate(r, false, _mm256_madd_epi16(low_pairs, weight0));
-        accumulate(r, true, _mm256_madd_epi16(high_pairs, weight1));
+      const __m256i x_low = broadcast4(x0 + r * kBlock + 4 * j), x_high = broadcast4(x0 + r * kBlock + 16 + 4 * j);
+      SPECDEC_UNROLL
+      for (int s = 0; s < S; ++s) {
+        const __m256i low_pairs = _mm256_maddubs_epi16(lo[s], x_low);
+        const __m256i high_pairs = _mm256_maddubs_epi16(hi[s], x_high);
+        if constexpr (kNarrowSum && kSplit) {
+          pending0[s][r] = _mm256_add_epi16(pending0[s][r], low_pairs);
+          pending1[s][r] = _mm256_add_epi16(pending1[s][r], high_pairs);
+          pin(pending0[s][r]);
+          pin(pending1[s][r]);
+        } else if constexpr (kNarrowSum) {
+          pending0[s][r] = _mm256_add_epi16(pending0[s][r], _mm256_add_epi16(low_pairs, high_pairs));
+          pin(pending0[s][r]);
+        } else if constexpr (!kSplit) {
+          accumulate(s, r, false, _mm256_madd_epi16(_mm256_add_epi16(low_pairs, high_pairs), weight0[s]));
+        } else {
+          accumulate(s, r, false, _mm256_madd_epi16(low_pairs, weight0[s]));
+          accumulate(s, r, true, _mm256_madd_epi16(high_pairs, weight1[s]));
+        }
       }
     }
   }
   if constexpr (kNarrowSum) {
     SPECDEC_UNROLL
-    for (int r = 0; r < R; ++r) {
-      dot0[r] = _mm256_madd_epi16(pending0[r], weight0);
-      if constexpr (kSplit) dot1[r] = _mm256_madd_epi16(pending1[r], weight1);
+    for (int s = 0; s < S; ++s) {
+      SPECDEC_UNROLL
+      for (int r = 0; r < R; ++r) {
+        dot0[s][r] = _mm256_madd_epi16(pending0[s][r], weight0[s]);
+        if constexpr (kSplit) dot1[s][r] = _mm256_madd_epi16(pending1[s][r], weight1[s]);
+      }
     }
   }
 }
@@ -465,34 +543,50 @@ inline void block_dots(const uint8_t* blk, int side, const int8_t* x0, __m256i w
 template <class F, int R>
 void block_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t row0, float* out,
                 int64_t n, int64_t n0, const uint8_t* ahead) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  for (int side = 0; side < 2; ++side) {  // outputs n0 + 8 * side .. + 8
-    __m256 acc[R];
+  constexpr int S = kSidesAtOnce<F, R>;
+  __m256i ones[S];
+  SPECDEC_UNROLL
+  for (int s = 0; s < S; ++s) ones[s] = _mm256_set1_epi16(1);
+  for (int side0 = 0; side0 < 2; side0 += S) {  // outputs n0 + 8 * side0 .. + 8 S
+    __m256 acc[S][R];
     SPECDEC_UNROLL
-    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    for (int s = 0; s < S; ++s) {
+      SPECDEC_UNROLL
+      for (int r = 0; r < R; ++r) acc[s][r] = _mm256_setzero_ps();
+    }
     for (int64_t b = 0; b < blocks; ++b) {
       const uint8_t* blk = block_of<F>(tile, b);
-      if (ahead != nullptr && row0 == 0 && side == 0) prefetch_unit(block_of<F>(ahead, b), F::kBlockBytes);
-      __m256i dot[R], unused[R];
-      block_dots<F, R, false>(blk, side, a.codes(b, row0), ones, ones, dot, unused);
-      const __m256 s = half_to_ps(blk + F::kCodeBytes + 16 * side);
-      [[maybe_unused]] __m256 c;
-      if constexpr (!F::kSym) c = half_to_ps(blk + F::kCodeBytes + 32 + 16 * side);
+      if (ahead != nullptr && row0 == 0 && side0 == 0) prefetch_unit(block_of<F>(ahead, b), F::kBlockBytes);
+      __m256i dot[S][R], unused[S][R];
+      block_dots<F, R, false, S>(blk, side0, a.codes(b, row0), ones, ones, dot, unused);
+      __m256 scale[S];
+      [[maybe_unused]] __m256 offset[S];
+      SPECDEC_UNROLL
+      for (int s = 0; s < S; ++s) {
+        scale[s] = half_to_ps(blk + F::kCodeBytes + 16 * (side0 + s));
+        if constexpr (!F::kSym) offset[s] = half_to_ps(blk + F::kCodeBytes + 32 + 16 * (side0 + s));
+      }
       SPECDEC_UNROLL
       for (int r = 0; r < R; ++r) {
         const int64_t at = (row0 + r) * blocks + b;
-        __m256 t;
-        if constexpr (F::kSym) {
-          const __m256i zero = _mm256_set1_epi32(F::kZero * static_cast<int32_t>(a.sum16[at]));
-          t = _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_sub_epi32(dot[r], zero)));
-        } else {
-          t = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(dot[r]), _mm256_mul_ps(c, _mm256_set1_ps(a.sum[at])));
+        SPECDEC_UNROLL
+        for (int s = 0; s < S; ++s) {
+          __m256 t;
+          if constexpr (F::kSym) {
+            const __m256i zero = _mm256_set1_epi32(F::kZero * static_cast<int32_t>(a.sum16[at]));
+            t = _mm256_mul_ps(scale[s], _mm256_cvtepi32_ps(_mm256_sub_epi32(dot[s][r], zero)));
+          } else {
+            t = _mm256_fmadd_ps(scale[s], _mm256_cvtepi32_ps(dot[s][r]), _mm256_mul_ps(offset[s], _mm256_set1_ps(a.sum[at])));
+          }
+          acc[s][r] = _mm256_fmadd_ps(t, _mm256_set1_ps(a.scale[at]), acc[s][r]);
         }
-        acc[r] = _mm256_fmadd_ps(t, _mm256_set1_ps(a.scale[at]), acc[r]);
       }
     }
     SPECDEC_UNROLL
-    for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + (row0 + r) * n + n0 + 8 * side, acc[r]);
+    for (int s = 0; s < S; ++s) {
+      SPECDEC_UNROLL
+      for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + (row0 + r) * n + n0 + 8 * (side0 + s), acc[s][r]);
+    }
   }
 }
 
@@ -521,67 +615,88 @@ inline void group_codes(const uint8_t* header, const uint8_t* blk, int64_t b, in
 template <class F, int R>
 void super_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t row0, float* out,
                 int64_t n, int64_t n0, const uint8_t* ahead) {
+  constexpr int S = kSidesAtOnce<F, R>;
   constexpr bool kSplit = F::kHalves == 2;
   constexpr int kPairs = specdec::kSuperBlocks * F::kHalves / 2;
   const int16_t* group_sums = kSplit ? a.half.data() : a.sum16.data();
   const int64_t groups = blocks * F::kHalves;
-  for (int side = 0; side < 2; ++side) {
-    __m256 acc[R];
+  for (int side0 = 0; side0 < 2; side0 += S) {
+    __m256 acc[S][R];
     SPECDEC_UNROLL
-    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    for (int s = 0; s < S; ++s) {
+      SPECDEC_UNROLL
+      for (int r = 0; r < R; ++r) acc[s][r] = _mm256_setzero_ps();
+    }
     for (int64_t first = 0; first < blocks; first += specdec::kSuperBlocks) {
       const uint8_t* header = header_at<F>(tile, first);
-      if (ahead != nullptr && row0 == 0 && side == 0) prefetch_unit(header_at<F>(ahead, first), F::kHeaderBytes);
-      __m256i isum[R];
+      if (ahead != nullptr && row0 == 0 && side0 == 0) prefetch_unit(header_at<F>(ahead, first), F::kHeaderBytes);
+      __m256i isum[S][R];
       SPECDEC_UNROLL
-      for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
-      __m256i pairs[kPairs];
-      __m256i even = _mm256_setzero_si256();
+      for (int s = 0; s < S; ++s) {
+        SPECDEC_UNROLL
+        for (int r = 0; r < R; ++r) isum[s][r] = _mm256_setzero_si256();
+      }
+      __m256i pairs[S][kPairs];
+      __m256i even[S];
       for (int64_t b = first; b < first + specdec::kSuperBlocks; ++b) {
         const uint8_t* blk = block_of<F>(tile, b);
-        if (ahead != nullptr && row0 == 0 && side == 0) prefetch_unit(block_of<F>(ahead, b), F::kBlockBytes);
-        __m256i sc[2], mn[2];
-        group_codes<F>(header, blk, b, side, sc, mn);
-        __m256i dot0[R], dot1[R];  // sc * I of the block's groups
-        block_dots<F, R, kSplit>(blk, side, a.codes(b, row0), int16_pairs(sc[0], sc[0]), int16_pairs(sc[1], sc[1]),
-                                 dot0, dot1);
+        if (ahead != nullptr && row0 == 0 && side0 == 0) prefetch_unit(block_of<F>(ahead, b), F::kBlockBytes);
+        __m256i sc[S][2], mn[S][2], weight0[S], weight1[S];
         SPECDEC_UNROLL
-        for (int r = 0; r < R; ++r) {
-          isum[r] = _mm256_add_epi32(isum[r], dot0[r]);
-          if constexpr (kSplit) isum[r] = _mm256_add_epi32(isum[r], dot1[r]);
+        for (int s = 0; s < S; ++s) {
+          group_codes<F>(header, blk, b, side0 + s, sc[s], mn[s]);
+          weight0[s] = int16_pairs(sc[s][0], sc[s][0]);
+          weight1[s] = int16_pairs(sc[s][1], sc[s][1]);
         }
+        __m256i dot0[S][R], dot1[S][R];  // sc * I of the block's groups
+        block_dots<F, R, kSplit, S>(blk, side0, a.codes(b, row0), weight0, weight1, dot0, dot1);
         const int64_t i = b - first;
-        if constexpr (kSplit) pairs[i] = int16_pairs(mn[0], mn[1]);
-        else if (i % 2 == 0) even = mn[0];
-        else pairs[i / 2] = int16_pairs(even, mn[0]);
+        SPECDEC_UNROLL
+        for (int s = 0; s < S; ++s) {
+          SPECDEC_UNROLL
+          for (int r = 0; r < R; ++r) {
+            isum[s][r] = _mm256_add_epi32(isum[s][r], dot0[s][r]);
+            if constexpr (kSplit) isum[s][r] = _mm256_add_epi32(isum[s][r], dot1[s][r]);
+          }
+          if constexpr (kSplit) pairs[s][i] = int16_pairs(mn[s][0], mn[s][1]);
+          else if (i % 2 == 0) even[s] = mn[s][0];
+          else pairs[s][i / 2] = int16_pairs(even[s], mn[s][0]);
+        }
       }
-      const __m256 d = half_to_ps(header + 16 * side);
-      [[maybe_unused]] __m256 m;
-      if constexpr (!F::kSym) m = half_to_ps(header + 32 + 16 * side);
+      __m256 d[S];
+      [[maybe_unused]] __m256 m[S];
+      SPECDEC_UNROLL
+      for (int s = 0; s < S; ++s) {
+        d[s] = half_to_ps(header + 16 * (side0 + s));
+        if constexpr (!F::kSym) m[s] = half_to_ps(header + 32 + 16 * (side0 + s));
+      }
       SPECDEC_UNROLL
       for (int r = 0; r < R; ++r) {
         const int64_t row = row0 + r;
         const int16_t* x_pairs = group_sums + row * groups + first * F::kHalves;
-        __m256i osum = _mm256_setzero_si256();
         SPECDEC_UNROLL
-        for (int p = 0; p < kPairs; ++p) osum = _mm256_add_epi32(osum, _mm256_madd_epi16(pairs[p], broadcast4(x_pairs + 2 * p)));
-        __m256 t;
-        if constexpr (F::kSym) {
-          t = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[r], _mm256_mullo_epi32(osum, _mm256_set1_epi32(F::kZero)))));
-        } else {
-          t = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum[r]), _mm256_mul_ps(m, _mm256_cvtepi32_ps(osum)));
+        for (int s = 0; s < S; ++s) {
+          __m256i osum = _mm256_setzero_si256();
+          SPECDEC_UNROLL
+          for (int p = 0; p < kPairs; ++p) osum = _mm256_add_epi32(osum, _mm256_madd_epi16(pairs[s][p], broadcast4(x_pairs + 2 * p)));
+          __m256 t;
+          if constexpr (F::kSym) {
+            t = _mm256_mul_ps(d[s], _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[s][r], _mm256_mullo_epi32(osum, _mm256_set1_epi32(F::kZero)))));
+          } else {
+            t = _mm256_fmadd_ps(d[s], _mm256_cvtepi32_ps(isum[s][r]), _mm256_mul_ps(m[s], _mm256_cvtepi32_ps(osum)));
+          }
+          acc[s][r] = _mm256_fmadd_ps(t, _mm256_set1_ps(a.scale[row * blocks + first]), acc[s][r]);
         }
-        acc[r] = _mm256_fmadd_ps(t, _mm256_set1_ps(a.scale[row * blocks + first]), acc[r]);
       }
     }
     SPECDEC_UNROLL
-    for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + (row0 + r) * n + n0 + 8 * side, acc[r]);
+    for (int s = 0; s < S; ++s) {
+      SPECDEC_UNROLL
+      for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + (row0 + r) * n + n0 + 8 * (side0 + s), acc[s][r]);
+    }
   }
 }
 
-// 8 rows: their running sums stay in registers, the float accumulators (touched once a block) go to
-// the stack; 5–16 rows 8–21% faster than chunks of 4 (docs/bench/kernel-pins).
-constexpr int kRowChunk = 8;
 
 #else
 // The portable path: the same recipes one output at a time.
@@ -647,7 +762,8 @@ void super_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64
     }
 }
 
-constexpr int kRowChunk = 1;
+template <class F>
+constexpr int kRowChunkOf = 1;
 #endif
 
 // Rows [row0, row0 + size) against one tile, 1 <= size <= R: the kernel unrolled for that many rows.
@@ -662,13 +778,14 @@ void tile_rows(int size, const uint8_t* tile, int64_t blocks, const Activations&
   }
 }
 
-// All rows against one tile, in as few chunks of at most kRowChunk rows as there can be, their sizes
+// All rows against one tile, in as few chunks of at most kRowChunkOf<F> rows as there can be, their sizes
 // within one of each other (12 rows: 6 + 6, not 8 + 4; 3 rows: one chunk, not 2 + 1: a chunk unpacks
 // the tile's weights once for its rows, and a small one pays for it with fewer rows). The per-row
 // arithmetic is the same in every chunk.
 template <class F>
 void tile_all_rows(const uint8_t* tile, int64_t blocks, const Activations& a, int64_t rows, float* out, int64_t n,
                    int64_t n0, const uint8_t* ahead) {
+  constexpr int kRowChunk = kRowChunkOf<F>;
   const int64_t chunks = (rows + kRowChunk - 1) / kRowChunk;
   int64_t row0 = 0;
   for (int64_t c = 0; c < chunks; ++c) {
