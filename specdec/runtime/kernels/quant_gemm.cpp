@@ -448,15 +448,18 @@ inline void block_dots(const uint8_t* blk, int side0, const int8_t* x0, const __
     sum = _mm256_add_epi32(sum, products);
     pin(sum);
   };
+  const auto nibbles = [&](int64_t offset, __m256i* lo, __m256i* hi) {  // each side's 32 bytes at offset, split
+    SPECDEC_UNROLL
+    for (int s = 0; s < S; ++s) {
+      const __m256i raw = codes_at(offset, s);
+      lo[s] = _mm256_and_si256(raw, low4);
+      hi[s] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+    }
+  };
   if constexpr (F::kBits == 8) {  // u = 16 h + l: two products of codes <= 15 (maddubs would saturate at 255)
     for (int g = 0; g < 8; ++g) {
       __m256i lo[S], hi[S];
-      SPECDEC_UNROLL
-      for (int s = 0; s < S; ++s) {
-        const __m256i w = codes_at(g * 64, s);
-        lo[s] = _mm256_and_si256(w, low4);
-        hi[s] = _mm256_and_si256(_mm256_srli_epi16(w, 4), low4);
-      }
+      nibbles(g * 64, lo, hi);
       SPECDEC_UNROLL
       for (int r = 0; r < R; ++r) {
         const __m256i x = broadcast4(x0 + r * kBlock + 4 * g);
@@ -493,12 +496,10 @@ inline void block_dots(const uint8_t* blk, int side0, const int8_t* x0, const __
   SPECDEC_UNROLL
   for (int j = 0; j < 4; ++j) {
     __m256i lo[S], hi[S];
-    SPECDEC_UNROLL
-    for (int s = 0; s < S; ++s) {
-      const __m256i raw = codes_at(j * 64, s);
-      lo[s] = _mm256_and_si256(raw, low4);
-      hi[s] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
-      if constexpr (F::kBits == 6) {
+    nibbles(j * 64, lo, hi);
+    if constexpr (F::kBits == 6) {
+      SPECDEC_UNROLL
+      for (int s = 0; s < S; ++s) {
         const __m256i high = j % 2 ? _mm256_srli_epi16(planes[s][j / 2], 4) : planes[s][j / 2];
         lo[s] = _mm256_or_si256(lo[s], _mm256_and_si256(_mm256_slli_epi16(high, 4), top2));
         hi[s] = _mm256_or_si256(hi[s], _mm256_and_si256(_mm256_slli_epi16(high, 2), top2));
