@@ -3,6 +3,8 @@
 - GGUF blocks: the default model's Q4_1 and Q8_0 tensors, packed as stored, give back gguf's own
   dequantization bit for bit (query rows un-permuted into the Hugging Face order); Q4_1 blocks read
   as Q4_0's do not (test_gguf_types.py does every type on random blocks).
+- Rows quantized: an identity layer (Q8_0, Q4_K) returns the rows as quantized, equal bit for bit
+  to the recipe (Q8_0 / Q8_K, ties to even; control: ties rounded away from zero differ).
 - Layers: on random rows each output equals the stated recipe (rows quantized to 8 bits as llama.cpp does, exact
   integer dots, float32 combination) computed in float64 within float32 round-off (K·u relative
   to Σ|x̂||w|, K the row length), and the float32 product with the exact weights within the rows' quantization error
@@ -144,10 +146,11 @@ def test_rows_are_quantized_exactly_as_stated(kind):
     assert torch.equal(layer.dequantized_weight(), torch.eye(512))
     x = _rows_with_ties(group)
     x_hat, _ = quantized_rows(x, group)
-    assert torch.equal(layer(x), x_hat.float())
+    got = layer(x)  # [4, 512]
+    assert torch.equal(got, x_hat.float())
     ties_away = torch.sign(x[:3]) * torch.floor(x[:3].abs() + 0.5)  # rows 0-2: multiplier ±1, scale 1
     assert torch.equal(x_hat[:3].float(), torch.round(x[:3]))
-    assert not torch.equal(layer(x)[:3], ties_away)
+    assert not torch.equal(got[:3], ties_away)
 
 
 @pytest.mark.parametrize("bits", [4, 8])

@@ -415,8 +415,8 @@ inline __m256 half_to_ps(const uint8_t* p) {  // 8 float16 -> 8 float
 
 // A tile's 16 outputs are two sides of 8 (a 256-bit register each). A pass over a block takes both
 // sides where the running sums fit the registers: each broadcast activation word then serves both,
-// and the tile's bytes are read once, in order (docs/bench/avx2-quantize-sides: 1–4 rows 7–28%
-// faster). That is chunks of up to 4 rows; the per-block 4-bit formats (Q4_0, Q4_1: one sum per row
+// and the tile's bytes are read once, in order (docs/bench/avx2-quantize-sides: layers over 1–4
+// rows 10–29% faster, with the vector row quantization). That is chunks of up to 4 rows; the per-block 4-bit formats (Q4_0, Q4_1: one sum per row
 // and side, the float steps every block) take all rows so, in chunks of 4; the others take larger
 // chunks (8 rows) one side at a time (8–21% faster than chunks of 4 at 5–16 rows,
 // docs/bench/kernel-pins). Either way every output's integers and float steps are the same.
