@@ -363,24 +363,85 @@ def test_a_phi3_file_runs_as_stored_and_speculates_exactly(tmp_path, tokenizer_g
     assert Engine(model, PromptLookupDrafter()).generate(ids, settings).token_ids == plain.token_ids
 
 
+def _phi3_reference(folder, plain, variant: Shape):
+    """transformers' Phi3ForCausalLM of the weights of `plain` (an F32 phi3 file, read by transformers'
+    own GGUF reader) with `variant`'s RoPE: LongRoPE's rope_parameters (the factors and attention
+    factor gguf_synthetic writes) and partial_rotary_factor, as a Hugging Face config states them."""
+    from transformers import AutoModelForCausalLM
+    from transformers.models.phi3.modeling_phi3 import Phi3RotaryEmbedding
+
+    from specdec.runtime.gguf_synthetic import LONG_ROPE_CONTEXT, LONG_ROPE_ORIGINAL, long_rope_attention_factor, long_rope_factors
+
+    model = AutoModelForCausalLM.from_pretrained(str(folder), gguf_file=plain.name, dtype=torch.float32).eval()
+    config = model.config
+    head_dim = config.hidden_size // config.num_attention_heads
+    short, long = long_rope_factors(int(head_dim * variant.rotary))
+    config.max_position_embeddings, config.original_max_position_embeddings = LONG_ROPE_CONTEXT, LONG_ROPE_ORIGINAL
+    config.rope_parameters = {"rope_type": "longrope", "rope_theta": variant.rope_theta, "short_factor": short.tolist(),
+                              "long_factor": long.tolist(), "original_max_position_embeddings": LONG_ROPE_ORIGINAL,
+                              "attention_factor": long_rope_attention_factor(), "partial_rotary_factor": variant.rotary}
+    model.model.rotary_emb = Phi3RotaryEmbedding(config=config)
+    return model
+
+
+@pytest.mark.parametrize("variant", [
+    replace(PHI3, long_rope=True),  # Phi-3.5-mini's kind: LongRoPE over every dimension of a head
+    replace(PHI3, long_rope=True, rotary=0.75),  # Phi-4-mini's: LongRoPE over 48 of each head's 64
+], ids=["phi-3.5-mini", "phi-4-mini"])
+def test_phi3_long_rope_and_partial_rope_equal_transformers(tmp_path, tokenizer_gguf, monkeypatch, variant):
+    """LongRoPE (Phi-3.5-mini, Phi-4-mini: the short factors dividing the frequencies, the stored
+    attention factor on cos and sin) and RoPE over part of each head (Phi-4-mini), in F32 phi3 files:
+    a prefill of 30 tokens, then 10 passes of one token over the cache, through the kernels' fused pass,
+    give the logits of transformers' Phi3ForCausalLM with the same weights and those settings in its
+    config, within float32 round-off. The runtime runs up to the 4,096 tokens the short factors hold
+    for; the layer-by-layer path (Python's RoPE) gives the fused pass's bits. Control: the same weights
+    with plain RoPE over the whole head (transformers' reading of the file without the factors) differ
+    by over 100 times the bound."""
+    from transformers import AutoModelForCausalLM
+
+    from specdec.runtime import load_model
+    from tolerances import decoder_sums, max_difference, round_off
+
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "plain").mkdir()
+    plain = write_gguf(tmp_path / "plain" / "phi3.gguf", PHI3, "F32", tokenizer_gguf)  # the same seed: the same weights
+    path = write_gguf(tmp_path / "phi3-rope.gguf", variant, "F32", tokenizer_gguf)
+    ids = torch.arange(300, 340)[None]  # [1, 40]
+    with torch.no_grad():
+        want = _phi3_reference(tmp_path / "plain", plain, variant)(ids).logits[0]  # [40, V]
+        unscaled = AutoModelForCausalLM.from_pretrained(str(tmp_path / "plain"), gguf_file=plain.name,
+                                                        dtype=torch.float32).eval()(ids).logits[0]
+    net = load_model(str(path), kv_cache="float32").net
+    assert net.config.max_context == 4096 and net.config.rope_dim == int(64 * variant.rotary)
+    cache = net.new_cache(64)
+    got = torch.cat([net.forward(ids[:, :30], cache)[0]] + [net.forward(ids[:, t:t + 1], cache)[0] for t in range(30, 40)])
+    bound = round_off(want, *decoder_sums(net.config, positions=40))
+    assert max_difference(got, want) <= bound
+    assert max_difference(unscaled, want) > 100 * bound
+    fused = net.forward(ids, net.new_cache(64))
+    monkeypatch.setattr(type(net), "_fused_layer_weights", lambda self: None)  # layer by layer: the same bits
+    assert net._invariant_kernels() is not None and torch.equal(net.forward(ids, net.new_cache(64)), fused)
+
+
 @pytest.mark.parametrize("old, new, refused", [
-    # the stored RoPE width, 64 (the head's), made 48 (a uint32 after the key and its type tag)
+    # the stored RoPE width, 64 (the head's), made 47: RoPE turns dimensions in pairs
     (b"phi3.rope.dimension_count" + (4).to_bytes(4, "little") + (64).to_bytes(4, "little"),
-     b"phi3.rope.dimension_count" + (4).to_bytes(4, "little") + (48).to_bytes(4, "little"),
-     r"applies RoPE to 48 of each head's 64 dimensions"),
-    (b"blk.0.attn_output.weight", b"rope_factors_long.weight", r"uses LongRoPE"),  # a tensor of that name
+     b"phi3.rope.dimension_count" + (4).to_bytes(4, "little") + (47).to_bytes(4, "little"),
+     r"turns 47 of each head's 64 dimensions; RoPE needs an even number"),
+    (b"blk.0.attn_output.weight", b"rope_factors_long.weight", r"rope_factors_long without rope_factors_short"),
 ])
 def test_phi3_variants_the_runtime_does_not_run_get_one_line(tmp_path, tokenizer_gguf, old, new, refused):
-    """Phi-4-mini's partial RoPE and the LongRoPE factors of Phi-3-128k / Phi-3.5 / Phi-4-mini are
-    refused by name, each in one line; the plain file is not (the control)."""
+    """An odd RoPE width and LongRoPE's long factors without its short ones are refused by name, each
+    in one line; the plain file is not (the control)."""
+    from specdec.runtime.config import ModelConfig
     from specdec.runtime.gguf_convert import hf_config, read_gguf
 
     plain = write_gguf(tmp_path / "phi3.gguf", PHI3, "Q8_0", tokenizer_gguf)
-    assert hf_config(read_gguf(plain), plain)["architectures"] == ["Phi3ForCausalLM"]
+    assert ModelConfig.from_hf(hf_config(read_gguf(plain), plain)).family == "phi3"
     data = plain.read_bytes()
     assert data.count(old) == 1
     path = tmp_path / "phi3-variant.gguf"
     path.write_bytes(data.replace(old, new))
     with pytest.raises(ModelLoadError, match=refused) as err:
-        hf_config(read_gguf(path), path)
+        ModelConfig.from_hf(hf_config(read_gguf(path), path))
     assert "\n" not in str(err.value)

@@ -2,6 +2,9 @@
 process whose PATH holds no compiler and no ninja at all loads the built kernels without compiling
 (issue 29: the build used to be redone whenever the `ninja` found on PATH changed).
 
+The build id the cost tables are keyed by names the build a process loaded, whatever the sources say
+since.
+
 Negative control: the same process pointed at a fresh cache folder (no build there) announces a
 build with its reason and, with no compiler on PATH, falls back."""
 
@@ -43,3 +46,17 @@ def test_negative_control_a_fresh_cache_compiles_and_without_tools_falls_back(tm
     assert "compiling the batch-invariant CPU kernels once" in done.stderr
     assert "no build yet" in done.stderr
     assert done.stdout.strip() == "fell back"
+
+
+@pytest.mark.skipif(invariant_kernels() is None, reason="the kernels cannot be built here")
+def test_the_build_id_names_the_build_this_process_runs(monkeypatch):
+    """The cost tables are keyed by `kernels_build_id`: the build loaded in this process. A kernel
+    source edited after the load (a change made while a benchmark runs) leaves the id alone, so one
+    process keeps one cost table. Control: the name worked out from the sources now is another."""
+    from specdec.runtime import kernels
+
+    loaded = kernels.kernels_build_id()
+    assert loaded == invariant_kernels().__name__ == kernels.build_name(kernels.kernel_isa())  # the sources as loaded
+    monkeypatch.setattr(kernels, "build_name", lambda isa: f"specdec_invariant_{isa}_edited000000")  # edited since
+    assert kernels.build_name(kernels.kernel_isa()) != loaded
+    assert kernels.kernels_build_id() == loaded

@@ -6,6 +6,7 @@ lean runtime needs to build the network is here; nothing else is read from the s
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -32,7 +33,8 @@ class ModelConfig:
     max_position_embeddings: int
     rms_norm_eps: float = 1e-5
     rope_theta: float = 10000.0
-    rope_scaling: dict[str, Any] | None = None
+    rope_scaling: dict[str, Any] | None = None  # llama3, linear or longrope (its short factors: see max_context)
+    rotary_dim: int | None = None  # RoPE turns the first this many of each head's dimensions (Phi-4-mini: 96 of 128)
     rope_freq_factors: list[float] | None = None  # GGUF's rope_freqs (Llama 3.1/3.2): divisors of the frequencies
     attention_bias: bool = False  # Qwen2: bias on q, k, v projections
     qk_norm: bool = False  # Qwen3: an RMS norm over each head's q and k (head_dim wide) before RoPE
@@ -50,13 +52,31 @@ class ModelConfig:
             )
 
     @property
+    def rope_dim(self) -> int:
+        """How many of each head's dimensions RoPE turns (the rest pass unchanged)."""
+        return self.rotary_dim or self.head_dim
+
+    @property
     def max_context(self) -> int:
         """Longest sequence the runtime will run (prompt plus generated tokens)."""
+        limit = self.max_position_embeddings
         if self.sliding_window:
             # Beyond the window Mistral attends to a band, which this runtime does not implement;
             # within it, full causal attention is exact.
-            return min(self.max_position_embeddings, self.sliding_window)
-        return self.max_position_embeddings
+            limit = min(limit, self.sliding_window)
+        if self.rope_scaling and self.rope_scaling["rope_type"] == "longrope":
+            # LongRoPE's short factors hold up to the pretraining context; past it transformers switches
+            # every position to the long ones (and llama.cpp picks them when its context is longer), which
+            # would leave the cached keys turned by the other set: the runtime runs the short span only.
+            limit = min(limit, int(self.rope_scaling["original_max_position_embeddings"]))
+        return limit
+
+    @property
+    def rope_attention_factor(self) -> float:
+        """What LongRoPE multiplies RoPE's cos and sin by (1.0 for every other RoPE)."""
+        if not self.rope_scaling or self.rope_scaling["rope_type"] != "longrope":
+            return 1.0
+        return float(self.rope_scaling["attention_factor"])
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -83,7 +103,7 @@ class ModelConfig:
             eos = hf.get("eos_token_id")
             eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
             use_window = hf.get("use_sliding_window", family in ("mistral", "phi3"))
-            _refuse_partial_rotary(hf)
+            head_dim = hf.get("head_dim") or hidden // num_heads
             return cls(
                 vocab_size=hf["vocab_size"],
                 hidden_size=hidden,
@@ -91,11 +111,12 @@ class ModelConfig:
                 num_layers=hf["num_hidden_layers"],
                 num_heads=num_heads,
                 num_kv_heads=hf.get("num_key_value_heads") or num_heads,
-                head_dim=hf.get("head_dim") or hidden // num_heads,
+                head_dim=head_dim,
                 max_position_embeddings=hf.get("max_position_embeddings", 2048),
                 rms_norm_eps=hf.get("rms_norm_eps", 1e-6),
                 rope_theta=_rope_theta(hf),
                 rope_scaling=_rope_scaling(hf),
+                rotary_dim=_rotary_dim(hf, head_dim),
                 rope_freq_factors=hf.get("rope_freq_factors"),
                 attention_bias=family == "qwen2" or bool(hf.get("attention_bias", False)),
                 qk_norm=family == "qwen3",
@@ -109,12 +130,17 @@ class ModelConfig:
             raise ModelLoadError(f"config.json lacks the field {missing}") from None
 
 
-def _refuse_partial_rotary(hf: dict[str, Any]) -> None:
-    """RoPE over part of each head (Phi-4-mini: 0.75) is not implemented: one line naming it."""
+def _rotary_dim(hf: dict[str, Any], head_dim: int) -> int | None:
+    """The dimensions of each head that RoPE turns, where a config turns fewer than all (Phi-4-mini:
+    partial_rotary_factor 0.75); None for all."""
     factor = hf.get("partial_rotary_factor") or (hf.get("rope_parameters") or {}).get("partial_rotary_factor") or 1.0
-    if factor != 1.0:
-        raise ModelLoadError(f"this model applies RoPE to a part of each head (partial_rotary_factor {factor}), which "
-                             "the lean runtime does not implement; load it with --runtime transformers instead")
+    if factor == 1.0:
+        return None
+    rotary = int(head_dim * factor)
+    if not 0 < rotary <= head_dim or rotary % 2:
+        raise ModelLoadError(f"partial_rotary_factor {factor} turns {rotary} of each head's {head_dim} dimensions; "
+                             "RoPE needs an even number between 2 and the head's size")
+    return rotary
 
 
 def _rope_theta(hf: dict[str, Any]) -> float:
@@ -129,9 +155,28 @@ def _rope_scaling(hf: dict[str, Any]) -> dict[str, Any] | None:
     kind = scaling.get("rope_type") or scaling.get("type") or "default"
     if kind == "default":
         return None
-    if kind not in ("llama3", "linear"):
+    if kind == "su":  # Phi-3's first name for LongRoPE
+        kind = "longrope"
+    if kind not in ("llama3", "linear", "longrope"):
         raise ModelLoadError(
-            f"RoPE scaling '{kind}' is not supported by the lean runtime (supported: llama3, linear); "
+            f"RoPE scaling '{kind}' is not supported by the lean runtime (supported: llama3, linear, longrope); "
             "load the model with --runtime transformers instead"
         )
+    if kind == "longrope":
+        return _longrope(hf, scaling)
     return {**scaling, "rope_type": kind}
+
+
+def _longrope(hf: dict[str, Any], scaling: dict[str, Any]) -> dict[str, Any]:
+    """LongRoPE (Phi-3-128k, Phi-3.5, Phi-4-mini) as the runtime runs it: the short factors (each
+    frequency divided by one), the pretraining context they hold for, and the attention factor that
+    multiplies cos and sin (given, or transformers' default from the context's growth)."""
+    original = scaling.get("original_max_position_embeddings") or hf.get("original_max_position_embeddings")
+    if not original or "short_factor" not in scaling:
+        raise ModelLoadError("the LongRoPE scaling lacks original_max_position_embeddings or short_factor")
+    attention = scaling.get("attention_factor")
+    if attention is None:
+        growth = scaling.get("factor") or hf.get("max_position_embeddings", original) / original
+        attention = 1.0 if growth <= 1.0 else math.sqrt(1 + math.log(growth) / math.log(original))
+    return {"rope_type": "longrope", "short_factor": [float(f) for f in scaling["short_factor"]],
+            "original_max_position_embeddings": int(original), "attention_factor": float(attention)}

@@ -37,7 +37,8 @@ DIGESTS = "digests.json"  # under the cache's gguf/: each file version's digest,
 DIGEST_CHUNK = 1 << 24
 ARCH_TO_HF = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
               "phi3": "Phi3ForCausalLM"}
-RUNS = "Llama 2/3/3.1/3.2, Mistral, Qwen2/2.5, Qwen3, Phi-3-mini/medium-4k and Phi-4"  # the models those files hold
+ROPE_FACTOR_TENSORS = ("rope_freqs.weight", "rope_factors_short.weight", "rope_factors_long.weight")  # read into the config
+RUNS = "Llama 2/3/3.1/3.2, Mistral, Qwen2/2.5, Qwen3, Phi-3, Phi-3.5-mini, Phi-4 and Phi-4-mini"  # the models those files hold
 FLOAT_WEIGHTS = "model.safetensors"
 
 
@@ -220,34 +221,51 @@ def _hf_config(reader, gguf_path: Path) -> dict:
     scaling = gguf_field(reader, f"{arch}.rope.scaling.type", "none")
     if scaling == "linear":
         config["rope_scaling"] = {"rope_type": "linear", "factor": gguf_field(reader, f"{arch}.rope.scaling.factor")}
-    elif scaling != "none":
+    elif scaling == "longrope" and "rope_factors_short.weight" not in names:
+        raise ModelLoadError(f"{gguf_path.name} names RoPE scaling 'longrope' but stores no rope_factors_short")
+    elif scaling not in ("none", "longrope"):  # LongRoPE: read from its factor tensors below
         raise ModelLoadError(f"{gguf_path.name} uses RoPE scaling '{scaling}', which specdec's runtime does not "
-                             "implement (it runs none, linear and Llama 3.1's rope_freqs)")
+                             "implement (it runs none, linear, Llama 3.1's rope_freqs and Phi's LongRoPE)")
     if arch == "phi3":
         _phi3_fields(reader, gguf_path, config, names)
     if "rope_freqs.weight" in names:  # Llama 3.1/3.2: the divisor of each RoPE frequency, stored as a tensor
-        import gguf
-
-        tensor = next(t for t in reader.tensors if t.name == "rope_freqs.weight")
-        factors = gguf.quants.dequantize(tensor.data, tensor.tensor_type).astype(np.float32).ravel()
-        config["rope_freq_factors"] = [float(f) for f in factors]
+        config["rope_freq_factors"] = _float_tensor(reader, "rope_freqs.weight")
     return config
 
 
 def _phi3_fields(reader, gguf_path: Path, config: dict, names: set[str]) -> None:
     """Phi-3/Phi-4's own metadata: its sliding window (the runtime runs up to the window, where full
-    attention is exact, as for Mistral); LongRoPE (Phi-3-128k, Phi-3.5, Phi-4-mini: rope_factors_long
-    and _short) and RoPE over part of each head (Phi-4-mini) are refused by name."""
+    attention is exact, as for Mistral); RoPE over part of each head (Phi-4-mini: 96 of 128); LongRoPE
+    (Phi-3-128k, Phi-3.5, Phi-4-mini: rope_factors_short and _long) run with its short factors and
+    the attention factor the file stores (1.0 where it stores none, as llama.cpp reads it), up to the
+    pretraining context they hold for (ModelConfig.max_context)."""
     window = gguf_field(reader, "phi3.attention.sliding_window")
     if window:
         config["sliding_window"] = window
-    if "rope_factors_long.weight" in names or "rope_factors_short.weight" in names:
-        raise ModelLoadError(f"{gguf_path.name} uses LongRoPE (rope_factors_long/short: Phi-3-128k, Phi-3.5, "
-                             "Phi-4-mini), which specdec's runtime does not implement")
     rotary = gguf_field(reader, "phi3.rope.dimension_count", config["head_dim"])
     if rotary != config["head_dim"]:
-        raise ModelLoadError(f"{gguf_path.name} applies RoPE to {rotary} of each head's {config['head_dim']} "
-                             "dimensions, which specdec's runtime does not implement")
+        config["partial_rotary_factor"] = rotary / config["head_dim"]
+    if "rope_factors_long.weight" in names or "rope_factors_short.weight" in names:
+        if "rope_factors_short.weight" not in names:
+            raise ModelLoadError(f"{gguf_path.name} stores LongRoPE's rope_factors_long without rope_factors_short")
+        original = gguf_field(reader, "phi3.rope.scaling.original_context_length")
+        if not original:
+            raise ModelLoadError(f"{gguf_path.name} stores LongRoPE factors without "
+                                 "phi3.rope.scaling.original_context_length (the context they were trained for)")
+        short = _float_tensor(reader, "rope_factors_short.weight")
+        long = _float_tensor(reader, "rope_factors_long.weight") if "rope_factors_long.weight" in names else short
+        # as transformers' config names them (a transformers model of the converted folder reads them too)
+        config["rope_scaling"] = {"rope_type": "longrope", "short_factor": short, "long_factor": long,
+                                  "original_max_position_embeddings": original,
+                                  "attention_factor": gguf_field(reader, "phi3.rope.scaling.attn_factor", 1.0)}
+
+
+def _float_tensor(reader, name: str) -> list[float]:
+    """A small float tensor of the file (RoPE factors) as a list."""
+    import gguf
+
+    tensor = next(t for t in reader.tensors if t.name == name)
+    return [float(f) for f in gguf.quants.dequantize(tensor.data, tensor.tensor_type).astype(np.float32).ravel()]
 
 
 def _convert_weights(reader, gguf_path: Path, out: Path) -> None:
@@ -258,7 +276,7 @@ def _convert_weights(reader, gguf_path: Path, out: Path) -> None:
     arch, num_heads, num_kv_heads = config["model_type"], config["num_attention_heads"], config["num_key_value_heads"]
     state = {}
     for tensor in reader.tensors:
-        if tensor.name == "rope_freqs.weight":
+        if tensor.name in ROPE_FACTOR_TENSORS:
             continue  # in config.json
         try:
             weight = gguf.quants.dequantize(tensor.data, tensor.tensor_type).astype(np.float32)

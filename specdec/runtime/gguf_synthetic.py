@@ -13,6 +13,7 @@ file runs through the same tokenizer and chat template; `vocab` defaults to that
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -41,6 +42,8 @@ class Shape:
     rope_theta: float = 500000.0
     rope_freqs: bool = False  # Llama 3.1/3.2 store RoPE scaling factors as a tensor
     head_dim: int | None = None  # where it is not hidden / heads (Qwen3: 128 at every size)
+    rotary: float = 1.0  # the share of each head RoPE turns (phi3: Phi-4-mini turns 0.75)
+    long_rope: bool = False  # phi3: LongRoPE factors for a 131,072-token context trained from 4,096 (Phi-3.5, Phi-4-mini)
 
     def small(self, layers: int = 2) -> "Shape":
         """The same widths with fewer layers (tests make these in seconds)."""
@@ -55,6 +58,8 @@ SHAPES = {
     "qwen3-0.6b": Shape("qwen3", 28, 1024, 3072, 16, 8, vocab=151936, rope_theta=1000000.0, head_dim=128),
     "qwen3-8b": Shape("qwen3", 36, 4096, 12288, 32, 8, vocab=151936, tied=False, rope_theta=1000000.0, head_dim=128),
     "phi-4": Shape("phi3", 40, 5120, 17920, 40, 10, vocab=100352, tied=False, rope_theta=250000.0),
+    "phi-3.5-mini": Shape("phi3", 32, 3072, 8192, 32, 32, vocab=32064, tied=False, rope_theta=10000.0, long_rope=True),
+    "phi-4-mini": Shape("phi3", 32, 3072, 8192, 24, 8, vocab=200064, rope_theta=10000.0, rotary=0.75, long_rope=True),
 }
 
 
@@ -104,7 +109,7 @@ def write_gguf(path: Path, shape: Shape, file_type: str, tokenizer_gguf: Path, *
     writer = gguf.GGUFWriter(str(path), shape.arch)
     arch = shape.arch
     writer.add_name(f"synthetic {arch} {shape.layers}x{shape.hidden} {file_type}")
-    writer.add_context_length(8192)
+    writer.add_context_length(LONG_ROPE_CONTEXT if shape.long_rope else 8192)
     writer.add_embedding_length(shape.hidden)
     writer.add_feed_forward_length(shape.mlp)
     writer.add_block_count(shape.layers)
@@ -118,7 +123,10 @@ def write_gguf(path: Path, shape: Shape, file_type: str, tokenizer_gguf: Path, *
         writer.add_key_length(head_dim)
         writer.add_value_length(head_dim)
     if arch == "phi3":
-        writer.add_rope_dimension_count(head_dim)
+        writer.add_rope_dimension_count(int(head_dim * shape.rotary))
+    if shape.long_rope:
+        writer.add_rope_scaling_orig_ctx_len(LONG_ROPE_ORIGINAL)
+        writer.add_rope_scaling_attn_factors(long_rope_attention_factor())
 
     def linear(name: str, kind: str, layer: int, out: int, inp: int) -> None:
         type_name = tensor_type(file_type, kind, layer, shape.layers)
@@ -139,6 +147,10 @@ def write_gguf(path: Path, shape: Shape, file_type: str, tokenizer_gguf: Path, *
         linear("output.weight", "output", 0, shape.vocab, shape.hidden)
     if shape.rope_freqs:
         writer.add_tensor("rope_freqs.weight", llama3_rope_factors(head_dim, shape.rope_theta))
+    if shape.long_rope:
+        short, long = long_rope_factors(int(head_dim * shape.rotary))
+        writer.add_tensor("rope_factors_short.weight", short)
+        writer.add_tensor("rope_factors_long.weight", long)
     for i in range(shape.layers):
         blk = f"blk.{i}."
         norm(blk + "attn_norm.weight", shape.hidden)
@@ -169,6 +181,22 @@ def write_gguf(path: Path, shape: Shape, file_type: str, tokenizer_gguf: Path, *
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+LONG_ROPE_ORIGINAL, LONG_ROPE_CONTEXT = 4096, 131072  # Phi-3.5-mini's and Phi-4-mini's
+
+
+def long_rope_attention_factor() -> float:
+    """What llama.cpp's converter stores for a LongRoPE model grown from 4,096 to 131,072 tokens (and
+    transformers computes when a config gives none): sqrt(1 + ln(growth) / ln(original))."""
+    return math.sqrt(1 + math.log(LONG_ROPE_CONTEXT / LONG_ROPE_ORIGINAL) / math.log(LONG_ROPE_ORIGINAL))
+
+
+def long_rope_factors(rotary: int) -> tuple[np.ndarray, np.ndarray]:
+    """LongRoPE's short and long factors [rotary / 2] float32, of the kind Phi-3.5-mini stores: near 1
+    and rising for the short context, up to some tens for the long one (the values are made up)."""
+    rising = np.linspace(0.0, 1.0, rotary // 2)
+    return (1.0 + 0.6 * rising ** 2).astype(np.float32), (1.0 + 40.0 * rising ** 3).astype(np.float32)
 
 
 def llama3_rope_factors(head_dim: int, theta: float, factor: float = 32.0, low: float = 1.0, high: float = 4.0,

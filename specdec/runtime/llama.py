@@ -60,17 +60,19 @@ class RMSNorm(nn.Module):
 
 
 def rope_inverse_frequencies(config: ModelConfig) -> torch.Tensor:
-    """Inverse frequencies [D/2] for RoPE, with llama3 or linear scaling applied."""
-    dim = config.head_dim
+    """Inverse frequencies [R/2] for RoPE over the R = config.rope_dim dimensions it turns, with
+    llama3, linear or LongRoPE (its short factors) scaling applied."""
+    dim = config.rope_dim
     # on the CPU even inside a meta-device context (a meta arange would import torch._dynamo)
     inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float64, device="cpu") / dim))
-    if config.rope_freq_factors is not None:  # as llama.cpp applies a GGUF's rope_freqs
-        factors = torch.tensor(config.rope_freq_factors, dtype=torch.float64, device="cpu")
+    scaling = config.rope_scaling or {}
+    divisors = config.rope_freq_factors if scaling.get("rope_type") != "longrope" else scaling["short_factor"]
+    if divisors is not None:  # as llama.cpp applies a GGUF's rope_freqs (or LongRoPE's short factors)
+        factors = torch.tensor(divisors, dtype=torch.float64, device="cpu")
         if factors.shape != inv_freq.shape:
-            raise ModelLoadError(f"rope_freqs holds {factors.numel()} factors; the heads need {inv_freq.numel()}")
+            raise ModelLoadError(f"the RoPE factors hold {factors.numel()} values; the heads need {inv_freq.numel()}")
         inv_freq = inv_freq / factors
-    scaling = config.rope_scaling
-    if not scaling:
+    if scaling.get("rope_type") in (None, "longrope"):
         return inv_freq.float()
     factor = float(scaling["factor"])
     if scaling["rope_type"] == "linear":
@@ -95,8 +97,13 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:  # x: [..., D]
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """RoPE: x [..., D] at the angles cos, sin (broadcast to x) -> [..., D]."""
-    return x * cos + rotate_half(x) * sin
+    """RoPE: x [..., D] at the angles cos, sin [..., R] (broadcast to x) -> [..., D]. The first R of
+    the D dimensions turn; the others (R < D: Phi-4-mini's partial RoPE) pass unchanged."""
+    turned = cos.shape[-1]
+    if turned == x.shape[-1]:
+        return x * cos + rotate_half(x) * sin
+    head = x[..., :turned]
+    return torch.cat((head * cos + rotate_half(head) * sin, x[..., turned:]), dim=-1)
 
 
 @dataclass
@@ -157,8 +164,8 @@ class Attention(nn.Module):
     def forward(
         self,
         x: torch.Tensor,  # [B, T, input_size]
-        cos: torch.Tensor,  # [B, 1, T, D]
-        sin: torch.Tensor,  # [B, 1, T, D]
+        cos: torch.Tensor,  # [B, 1, T, R]: R = the dimensions RoPE turns (rotate)
+        sin: torch.Tensor,  # [B, 1, T, R]
         cache,  # a cache with `write(layer, k, v)` (an EAGLE head's own, or its training cache)
         layer: int,
         mask: torch.Tensor | None,  # [B or 1, 1, T, S] bool, True = may attend; None = all S, or causal
@@ -179,8 +186,8 @@ class Attention(nn.Module):
     def forward_segments(
         self,
         x: torch.Tensor,  # [N, hidden]: the rows of every segment
-        cos: torch.Tensor,  # [N, 1, D]
-        sin: torch.Tensor,  # [N, 1, D]
+        cos: torch.Tensor,  # [N, 1, R]
+        sin: torch.Tensor,  # [N, 1, R]
         segments: list[SegmentAttention],
         layer: int,
         kernels=None,  # the batch-invariant kernels, or None (SDPA)
@@ -250,7 +257,7 @@ class LlamaModel(nn.Module):
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.register_buffer("inv_freq", rope_inverse_frequencies(config), persistent=False)
-        self.rope_table: torch.Tensor | None = None  # [P, 2, D]: cos and sin of positions [0, P)
+        self.rope_table: torch.Tensor | None = None  # [P, 2, R]: cos and sin of positions [0, P)
         self._fused_weights: list[torch.Tensor] | None = None  # built on first use (after the weights are set)
         self.kv_cache = "auto"  # one of KV_CACHE_CHOICES; set through `set_kv_cache`
 
@@ -324,15 +331,18 @@ class LlamaModel(nn.Module):
                              dtype=self.cache_dtype())
 
     def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """positions [N] -> cos, sin [N, D] in the model's dtype, read from the table."""
+        """positions [N] -> cos, sin [N, R] (R = config.rope_dim) in the model's dtype, read from the table."""
         needed = int(positions.max()) + 1
         table = self.rope_table
         if table is None or table.shape[0] < needed:
             start = 0 if table is None else table.shape[0]
             size = max(256, start * 2, 1 << (needed - 1).bit_length())
-            angles = torch.arange(start, size, device=self.device).float()[:, None] * self.inv_freq  # [P', D/2]
-            angles = torch.cat((angles, angles), dim=-1)  # [P', D]
-            new = torch.stack((angles.cos(), angles.sin()), dim=1).to(self.dtype)  # [P', 2, D]
+            angles = torch.arange(start, size, device=self.device).float()[:, None] * self.inv_freq  # [P', R/2]
+            angles = torch.cat((angles, angles), dim=-1)  # [P', R]
+            new = torch.stack((angles.cos(), angles.sin()), dim=1)  # [P', 2, R]
+            if self.config.rope_attention_factor != 1.0:  # LongRoPE scales both, as transformers and llama.cpp do
+                new = new * self.config.rope_attention_factor
+            new = new.to(self.dtype)
             table = new if table is None else torch.cat((table, new))
             self.rope_table = table
         rows = table[positions]  # [N, 2, D]
@@ -383,7 +393,7 @@ class LlamaModel(nn.Module):
         positions = torch.cat([seg.positions.to(device) if seg.positions is not None else
                                torch.arange(seg.cache.length, seg.cache.length + seg.tokens, device=device)
                                for seg in segments])  # [N]
-        cos, sin = self._rope(positions)  # [N, D] each
+        cos, sin = self._rope(positions)  # [N, R] each
         kernels = self._invariant_kernels()
         starts = [0]
         for seg in segments:
@@ -404,7 +414,7 @@ class LlamaModel(nn.Module):
                                                  c.rms_norm_eps, c.num_heads, c.num_kv_heads, captured)
             aux = dict(zip(captured, streams))
         else:
-            cos, sin = cos[:, None], sin[:, None]  # [N, 1, D]: one angle for every head
+            cos, sin = cos[:, None], sin[:, None]  # [N, 1, R]: one angle for every head
             for i in range(depth):  # (slicing the ModuleList would build a new one per pass)
                 if i in aux_layers:
                     aux[i] = x

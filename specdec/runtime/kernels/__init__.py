@@ -57,8 +57,12 @@ def build_name(isa: str) -> str:
 
 
 def kernels_build_id() -> str:
-    """What the timings of a pass depend on: the kernels' build name, or "off" when they are not used."""
-    return build_name(kernel_isa()) if invariant_kernels() is not None else "off"
+    """What the timings of a pass depend on: the name of the build this process runs, or "off" when
+    the kernels are not used. Read from the loaded module, not worked out again from the sources on
+    disk: a source edited while a process runs (a benchmark beside a change) must not give that
+    process's cost table another name."""
+    module = invariant_kernels()
+    return module.__name__ if module is not None else "off"
 
 
 @functools.cache

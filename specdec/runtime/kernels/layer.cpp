@@ -41,25 +41,27 @@ void normalize_qk(torch::Tensor& qkv, const torch::Tensor& q_norm, const torch::
 
 // All segments of layer `layer`: qkv [N, (H + 2 Hkv) D] -> q [N, H, D] with RoPE; segment b's k (RoPE)
 // and v of its token t written into its cache (keys[b], values[b]: [L, 1, Hkv, S_b, D], float32 or
-// float16: T) at layer `layer`, slot past_b + t. RoPE as the Python layer computes it:
-// x * cos + rotate_half(x) * sin (a multiply, a multiply, an add); cos, sin: [N, D].
+// float16: T) at layer `layer`, slot past_b + t. RoPE as the Python layer computes it: over the first R
+// dimensions x * cos + rotate_half(x) * sin (a multiply, a multiply, an add), the other D - R copied
+// (R < D: Phi-4-mini's partial RoPE); cos, sin: [N, R].
 template <typename T>
 void rope_and_store(const torch::Tensor& qkv, const torch::Tensor& cos, const torch::Tensor& sin, torch::Tensor& q,
                     const std::vector<torch::Tensor>& keys, const std::vector<torch::Tensor>& values, int64_t layer,
                     const std::vector<int64_t>& pasts, const std::vector<int64_t>& starts,
                     int64_t heads, int64_t kv_heads, int64_t dim) {
-  const int64_t width = (heads + 2 * kv_heads) * dim, half = dim / 2;
+  const int64_t width = (heads + 2 * kv_heads) * dim, turned = cos.size(1), half = turned / 2;
   const float* src = qkv.data_ptr<float>();
   const float* pc = cos.data_ptr<float>();
   const float* ps = sin.data_ptr<float>();
   float* pq = q.data_ptr<float>();
   auto rotate = [&](const float* in, const float* c, const float* s, float* out) {
-    for (int64_t d = 0; d < dim; ++d) {
+    for (int64_t d = 0; d < turned; ++d) {
       const float rotated = d < half ? -in[d + half] : in[d - half];
       const float a = in[d] * c[d];
       const float b = rotated * s[d];
       out[d] = a + b;
     }
+    for (int64_t d = turned; d < dim; ++d) out[d] = in[d];
   };
   std::vector<float> key(dim);  // one rotated key row
   for (size_t b = 0; b + 1 < starts.size(); ++b) {  // segment b: rows [starts[b], starts[b + 1])
@@ -69,8 +71,8 @@ void rope_and_store(const torch::Tensor& qkv, const torch::Tensor& cos, const to
     for (int64_t n = starts[b]; n < starts[b + 1]; ++n) {
       const int64_t t = n - starts[b];
       const float* row = src + n * width;
-      const float* c = pc + n * dim;
-      const float* s = ps + n * dim;
+      const float* c = pc + n * turned;
+      const float* s = ps + n * turned;
       for (int64_t h = 0; h < heads; ++h) rotate(row + h * dim, c, s, pq + (n * heads + h) * dim);
       for (int64_t h = 0; h < kv_heads; ++h) {
         const int64_t slot = (h * max_len + pasts[b] + t) * dim;
@@ -109,7 +111,7 @@ torch::Tensor attend_and_mix(const torch::Tensor& stream, const torch::Tensor& q
 // segments in one loop, and attention over all of them in one call (`attention_segments`: one
 // parallel pass over every (segment, KV head, token chunk), each row by `attention`'s recipe).
 // x: [N, hidden] float32; layer_weights: 12 tensors per layer (see kWeightsPerLayer), packed linears
-// as `quant_linear` takes them; cos, sin: [N, D]; the first `num_layers` layers run. Returns the
+// as `quant_linear` takes them; cos, sin: [N, R] (R ≤ D: the dimensions RoPE turns); the first `num_layers` layers run. Returns the
 // residual stream after them, [N, hidden], followed by the stream entering each layer of `capture`
 // (ascending layer indices below num_layers; what EAGLE-3 heads read), [N, hidden] each.
 std::vector<torch::Tensor> decoder_layers(torch::Tensor x, const std::vector<torch::Tensor>& layer_weights,
@@ -143,6 +145,8 @@ std::vector<torch::Tensor> decoder_layers(torch::Tensor x, const std::vector<tor
   }
   const int64_t rows = x.size(0);
   TORCH_CHECK(starts[segments] == rows, "decoder_layers: the segments' tokens do not add up to the rows");
+  TORCH_CHECK(cos.dim() == 2 && cos.size(0) == rows && cos.size(1) <= dim && cos.size(1) % 2 == 0 &&
+              sin.sizes() == cos.sizes(), "decoder_layers wants cos and sin [N, R], R even and at most D");
   cos = cos.contiguous();
   sin = sin.contiguous();
   torch::Tensor stream = x.contiguous();  // [N, hidden]
