@@ -102,12 +102,17 @@ def test_bad_widths_and_files_are_refused(tmp_path, default_gguf):
         twin_width(reader, "70b")
 
 
-def test_the_shipped_heads_fit_the_default_model_and_its_twin_and_auto_takes_them(tmp_path, default_gguf, loaded):
+def test_the_shipped_heads_fit_the_default_model_and_its_twin_and_auto_takes_them(tmp_path, default_gguf, loaded,
+                                                                                    monkeypatch):
     """Each shipped head fits the default model and its twin (bit for bit the same features), so
     `auto` on the twin drafts with the shipped EAGLE-3 head as on the default model, and `eagle3`
-    without a path finds it. Control: a file of the default model's shape with random weights fits
-    none, and `auto` leaves the head out."""
+    without a path finds it; where a pass reads DEAR_PASS_BYTES or more, `auto` takes the head's chain
+    beside its tree (the twin here is just wider than the default model: the bound is moved between
+    them, and the default model stays without the chain). Control: a file of the default model's shape
+    with random weights fits none, and `auto` leaves the head out."""
+    from specdec.drafters import build
     from specdec.drafters.build import auto_drafter_specs, build_drafters
+    from specdec.runtime.weight_formats import weight_bytes
     from specdec.heads.shipped import SHIPPED_HEADS
     from specdec.heads.files import fits
     from specdec.runtime.gguf_synthetic import Shape, write_gguf
@@ -120,6 +125,12 @@ def test_the_shipped_heads_fit_the_default_model_and_its_twin_and_auto_takes_the
         assert all(fits(head, model) for head in heads)
         assert [str(spec) for spec in auto_drafter_specs(model)] == ["suffix", "early:7", "eagle3"]
     assert [d.name for d in build_drafters("eagle3-chain", twin)] == ["eagle3-chain"]
+    # the weights counted are the file's blocks as packed (a layer's parts in a list: not a third of them)
+    assert 0.95 * default_gguf.stat().st_size < weight_bytes(default.net) < 1.05 * default_gguf.stat().st_size
+    # where a pass reads DEAR_PASS_BYTES or more (moved here between the two files' sizes), the chain too
+    monkeypatch.setattr(build, "DEAR_PASS_BYTES", (weight_bytes(default.net) + weight_bytes(twin.net)) // 2)
+    assert [str(spec) for spec in auto_drafter_specs(twin)] == ["suffix", "early:7", "eagle3-chain", "eagle3"]
+    assert [str(spec) for spec in auto_drafter_specs(default)] == ["suffix", "early:7", "eagle3"]
 
     shape = Shape("llama", 30, 576, 1536, 9, 3, rope_theta=100000.0)
     stranger = loaded(write_gguf(tmp_path / "random.gguf", shape, "Q8_0", default_gguf))

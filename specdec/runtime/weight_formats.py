@@ -109,3 +109,22 @@ def _linears(model: nn.Module):
             block, attr = path.split(".")
             yield getattr(layer, block), attr
     yield model, "lm_head"
+
+
+def weight_bytes(net) -> int:
+    """Bytes of the model's weights (each storage once: tied and packed tensors are not counted twice)."""
+    seen, total = set(), 0
+    tensors = [*net.parameters(), *net.buffers()]
+    for module in net.modules():  # packed weights kept as plain attributes, alone or in a list (a layer's parts)
+        for value in vars(module).values():
+            tensors += [t for t in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(t, torch.Tensor)]
+    for tensor in tensors:
+        try:
+            storage = tensor.untyped_storage()
+            key, size = storage.data_ptr(), storage.nbytes()
+        except NotImplementedError:  # an opaque tensor (a oneDNN-packed weight): its own elements
+            key, size = id(tensor), tensor.numel() * tensor.element_size()
+        if key not in seen:
+            seen.add(key)
+            total += size
+    return total

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
+from specdec.runtime.weight_formats import weight_bytes
 
 
 DEFAULT_SHARE = 0.8  # of the memory available at start (weights excluded) that KV caches may take
@@ -24,24 +24,6 @@ DEFAULT_SHARE = 0.8  # of the memory available at start (weights excluded) that 
 def cache_bytes_per_slot(net) -> int:
     """Bytes of one slot (one token's keys and values at every layer) of the model's cache."""
     return net.new_cache(1).slot_bytes()
-
-
-def weight_bytes(net) -> int:
-    """Bytes of the model's weights (each storage once: tied and packed tensors are not counted twice)."""
-    seen, total = set(), 0
-    tensors = [*net.parameters(), *net.buffers()]
-    for module in net.modules():  # packed weights kept as plain attributes
-        tensors += [t for t in vars(module).values() if isinstance(t, torch.Tensor)]
-    for tensor in tensors:
-        try:
-            storage = tensor.untyped_storage()
-            key, size = storage.data_ptr(), storage.nbytes()
-        except NotImplementedError:  # an opaque tensor (a oneDNN-packed weight): its own elements
-            key, size = id(tensor), tensor.numel() * tensor.element_size()
-        if key not in seen:
-            seen.add(key)
-            total += size
-    return total
 
 
 def available_bytes(meminfo: Path = Path("/proc/meminfo")) -> int | None:
