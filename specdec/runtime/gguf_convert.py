@@ -254,7 +254,7 @@ def _phi3_fields(reader, gguf_path: Path, config: dict, names: set[str]) -> None
                                  "phi3.rope.scaling.original_context_length (the context they were trained for)")
         short = _float_tensor(reader, "rope_factors_short.weight")
         long = _float_tensor(reader, "rope_factors_long.weight") if "rope_factors_long.weight" in names else short
-        # as transformers' config names them (a transformers model of the converted folder reads them too)
+        # named as a transformers config names them (not tried with --runtime transformers)
         config["rope_scaling"] = {"rope_type": "longrope", "short_factor": short, "long_factor": long,
                                   "original_max_position_embeddings": original,
                                   "attention_factor": gguf_field(reader, "phi3.rope.scaling.attn_factor", 1.0)}
