@@ -64,19 +64,23 @@ class ModelConfig:
             # Beyond the window Mistral attends to a band, which this runtime does not implement;
             # within it, full causal attention is exact.
             limit = min(limit, self.sliding_window)
-        if self.rope_scaling and self.rope_scaling["rope_type"] == "longrope":
+        if self.longrope:
             # LongRoPE's short factors hold up to the pretraining context; past it transformers switches
             # every position to the long ones (and llama.cpp picks them when its context is longer), which
             # would leave the cached keys turned by the other set: the runtime runs the short span only.
-            limit = min(limit, int(self.rope_scaling["original_max_position_embeddings"]))
+            limit = min(limit, int(self.longrope["original_max_position_embeddings"]))
         return limit
+
+    @property
+    def longrope(self) -> dict[str, Any] | None:
+        """The LongRoPE scaling (short_factor, original_max_position_embeddings, attention_factor), or
+        None where the RoPE is another."""
+        return self.rope_scaling if self.rope_scaling and self.rope_scaling["rope_type"] == "longrope" else None
 
     @property
     def rope_attention_factor(self) -> float:
         """What LongRoPE multiplies RoPE's cos and sin by (1.0 for every other RoPE)."""
-        if not self.rope_scaling or self.rope_scaling["rope_type"] != "longrope":
-            return 1.0
-        return float(self.rope_scaling["attention_factor"])
+        return float(self.longrope["attention_factor"]) if self.longrope else 1.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

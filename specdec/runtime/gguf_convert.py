@@ -221,43 +221,48 @@ def _hf_config(reader, gguf_path: Path) -> dict:
     scaling = gguf_field(reader, f"{arch}.rope.scaling.type", "none")
     if scaling == "linear":
         config["rope_scaling"] = {"rope_type": "linear", "factor": gguf_field(reader, f"{arch}.rope.scaling.factor")}
-    elif scaling == "longrope" and "rope_factors_short.weight" not in names:
-        raise ModelLoadError(f"{gguf_path.name} names RoPE scaling 'longrope' but stores no rope_factors_short")
     elif scaling not in ("none", "longrope"):  # LongRoPE: read from its factor tensors below
         raise ModelLoadError(f"{gguf_path.name} uses RoPE scaling '{scaling}', which specdec's runtime does not "
                              "implement (it runs none, linear, Llama 3.1's rope_freqs and Phi's LongRoPE)")
+    if scaling == "longrope" or names & {"rope_factors_short.weight", "rope_factors_long.weight"}:
+        config["rope_scaling"] = _longrope(reader, gguf_path, arch, names)
     if arch == "phi3":
-        _phi3_fields(reader, gguf_path, config, names)
+        _phi3_fields(reader, config)
     if "rope_freqs.weight" in names:  # Llama 3.1/3.2: the divisor of each RoPE frequency, stored as a tensor
         config["rope_freq_factors"] = _float_tensor(reader, "rope_freqs.weight")
     return config
 
 
-def _phi3_fields(reader, gguf_path: Path, config: dict, names: set[str]) -> None:
+def _phi3_fields(reader, config: dict) -> None:
     """Phi-3/Phi-4's own metadata: its sliding window (the runtime runs up to the window, where full
-    attention is exact, as for Mistral); RoPE over part of each head (Phi-4-mini: 96 of 128); LongRoPE
-    (Phi-3-128k, Phi-3.5, Phi-4-mini: rope_factors_short and _long) run with its short factors and
-    the attention factor the file stores (1.0 where it stores none, as llama.cpp reads it), up to the
-    pretraining context they hold for (ModelConfig.max_context)."""
+    attention is exact, as for Mistral) and RoPE over part of each head (Phi-4-mini: 96 of 128)."""
     window = gguf_field(reader, "phi3.attention.sliding_window")
     if window:
         config["sliding_window"] = window
     rotary = gguf_field(reader, "phi3.rope.dimension_count", config["head_dim"])
     if rotary != config["head_dim"]:
         config["partial_rotary_factor"] = rotary / config["head_dim"]
-    if "rope_factors_long.weight" in names or "rope_factors_short.weight" in names:
-        if "rope_factors_short.weight" not in names:
-            raise ModelLoadError(f"{gguf_path.name} stores LongRoPE's rope_factors_long without rope_factors_short")
-        original = gguf_field(reader, "phi3.rope.scaling.original_context_length")
-        if not original:
-            raise ModelLoadError(f"{gguf_path.name} stores LongRoPE factors without "
-                                 "phi3.rope.scaling.original_context_length (the context they were trained for)")
-        short = _float_tensor(reader, "rope_factors_short.weight")
-        long = _float_tensor(reader, "rope_factors_long.weight") if "rope_factors_long.weight" in names else short
-        # named as a transformers config names them (not tried with --runtime transformers)
-        config["rope_scaling"] = {"rope_type": "longrope", "short_factor": short, "long_factor": long,
-                                  "original_max_position_embeddings": original,
-                                  "attention_factor": gguf_field(reader, "phi3.rope.scaling.attn_factor", 1.0)}
+
+
+def _longrope(reader, gguf_path: Path, arch: str, names: set[str]) -> dict:
+    """LongRoPE (Phi-3-128k, Phi-3.5, Phi-4-mini: rope_factors_short and _long), as a transformers
+    config names it: run with its short factors and the attention factor the file stores (1.0 where
+    it stores none, as llama.cpp reads it), up to the pretraining context they hold for
+    (ModelConfig.max_context)."""
+    if "rope_factors_short.weight" not in names:
+        stored = ("stores LongRoPE's rope_factors_long" if "rope_factors_long.weight" in names
+                  else "names RoPE scaling 'longrope'")
+        raise ModelLoadError(f"{gguf_path.name} {stored} without rope_factors_short")
+    original = gguf_field(reader, f"{arch}.rope.scaling.original_context_length")
+    if not original:
+        raise ModelLoadError(f"{gguf_path.name} stores LongRoPE factors without "
+                             f"{arch}.rope.scaling.original_context_length (the context they were trained for)")
+    short = _float_tensor(reader, "rope_factors_short.weight")
+    long = _float_tensor(reader, "rope_factors_long.weight") if "rope_factors_long.weight" in names else short
+    # (--runtime transformers on the converted folder was not tried)
+    return {"rope_type": "longrope", "short_factor": short, "long_factor": long,
+            "original_max_position_embeddings": original,
+            "attention_factor": gguf_field(reader, f"{arch}.rope.scaling.attn_factor", 1.0)}
 
 
 def _float_tensor(reader, name: str) -> list[float]:

@@ -65,14 +65,14 @@ def rope_inverse_frequencies(config: ModelConfig) -> torch.Tensor:
     dim = config.rope_dim
     # on the CPU even inside a meta-device context (a meta arange would import torch._dynamo)
     inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float64, device="cpu") / dim))
-    scaling = config.rope_scaling or {}
-    divisors = config.rope_freq_factors if scaling.get("rope_type") != "longrope" else scaling["short_factor"]
+    divisors = config.longrope["short_factor"] if config.longrope else config.rope_freq_factors
     if divisors is not None:  # as llama.cpp applies a GGUF's rope_freqs (or LongRoPE's short factors)
         factors = torch.tensor(divisors, dtype=torch.float64, device="cpu")
         if factors.shape != inv_freq.shape:
             raise ModelLoadError(f"the RoPE factors hold {factors.numel()} values; the heads need {inv_freq.numel()}")
         inv_freq = inv_freq / factors
-    if scaling.get("rope_type") in (None, "longrope"):
+    scaling = config.rope_scaling
+    if not scaling or config.longrope:
         return inv_freq.float()
     factor = float(scaling["factor"])
     if scaling["rope_type"] == "linear":
@@ -345,7 +345,7 @@ class LlamaModel(nn.Module):
             new = new.to(self.dtype)
             table = new if table is None else torch.cat((table, new))
             self.rope_table = table
-        rows = table[positions]  # [N, 2, D]
+        rows = table[positions]  # [N, 2, R]
         return rows[:, 0], rows[:, 1]
 
     @torch.inference_mode()
