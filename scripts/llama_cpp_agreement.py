@@ -1,6 +1,11 @@
 """The real-text check: specdec and llama.cpp on the same K-quant files of the default model.
 
     python scripts/llama_cpp_agreement.py --llama-python /path/to/venv/bin/python --out docs/bench/llama-cpp-agreement
+    python scripts/llama_cpp_agreement.py --model gemma-3-270m --llama-python ... --out docs/bench/llama-cpp-agreement-gemma3
+
+With `--model gemma-3-270m` the second real model's file is compared as published (Q4_K_M), without
+re-quantizing, and the drafters are those that apply to it (the shipped heads and the default draft
+model are the default model's).
 
 1. The default model's weights (its Q4_1 GGUF, dequantized) are written as an F16 GGUF with the
    same metadata and tokenizer, and llama.cpp's own quantizer (`llama_model_quantize`) makes
@@ -39,6 +44,7 @@ DRAFTERS = {"ngram": "ngram", "suffix": "suffix", "early:8": "early:8", "draft:s
             "eagle3": f"eagle3:{HEADS / 'smollm2-135m-eagle3'}",
             "eagle3-chain": f"eagle3-chain:{HEADS / 'smollm2-135m-eagle3'}",
             "medusa": f"medusa:{HEADS / 'smollm2-135m-medusa'}", "auto": "auto"}  # name in the report: spec
+GEMMA_DRAFTERS = {"ngram": "ngram", "suffix": "suffix", "early:9": "early:9", "auto": "auto"}
 KV_CACHES = {"f32_cache": 0, "f16_cache": 1}  # llama.cpp's KV cache type (GGML_TYPE_F32, F16: its default)
 CLEAR_MARGIN = 1.0  # logits between the float32 reference's top two: a position no rounding here flips
 
@@ -59,6 +65,7 @@ np.savez(out, *arrays)
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--llama-python", required=True)
+    parser.add_argument("--model", choices=("smollm2-135m", "gemma-3-270m"), default="smollm2-135m")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--models", type=Path, default=Path(tempfile.gettempdir()) / "specdec-agreement")
     parser.add_argument("--prompts", type=int, default=12)
@@ -69,19 +76,25 @@ def main() -> None:
 
     args.out.mkdir(parents=True, exist_ok=True)
     args.models.mkdir(parents=True, exist_ok=True)
+    prompts = dev_prompts(args.prompts)
+    if args.model != "smollm2-135m":  # a file as published, in its own type
+        results = {"as published": compare(builtin_gguf_path(args.model), prompts, args, GEMMA_DRAFTERS)}
+        (args.out / "results.json").write_text(json.dumps(results, indent=2))
+        write_report(args.out / "report.md", results, args, GEMMA_DRAFTERS)
+        print(json.dumps(results))
+        return
     f16 = args.models / "smollm2-135m-F16.gguf"
     if not f16.exists():
         write_f16(builtin_gguf_path("smollm2-135m"), f16)
-    prompts = dev_prompts(args.prompts)
     results = {}
     for name in TYPES:
         path = args.models / f"smollm2-135m-{name}.gguf"
         if not path.exists():
             quantize(args.llama_python, f16, path, name)
-        results[name] = compare(path, prompts, args)
+        results[name] = compare(path, prompts, args, DRAFTERS)
         print(name, json.dumps(results[name]), flush=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=2))
-    write_report(args.out / "report.md", results, args)
+    write_report(args.out / "report.md", results, args, DRAFTERS)
     print(json.dumps(results))
 
 
@@ -108,7 +121,7 @@ def write_f16(source: Path, out: Path) -> None:
 
 
 def dev_prompts(count: int) -> list[str]:
-    rows = [json.loads(line) for line in (ROOT.parent / "shared/workloads/spec_bench_dev.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (ROOT / "workloads" / "spec_bench_dev.jsonl").read_text().splitlines()]
     by_category: dict[str, list[str]] = {}
     for row in rows:
         by_category.setdefault(row["category"], []).append(row["turns"][0])
@@ -121,7 +134,7 @@ def dev_prompts(count: int) -> list[str]:
     return picked
 
 
-def compare(path: Path, prompts: list[str], args) -> dict:
+def compare(path: Path, prompts: list[str], args, drafters: dict[str, str]) -> dict:
     import torch
 
     from specdec.drafters import build_drafters
@@ -136,7 +149,7 @@ def compare(path: Path, prompts: list[str], args) -> dict:
         plain = Engine(model).generate(ids, config)
         seqs.append(ids + plain.token_ids)
         if n < args.greedy_prompts:
-            for name, spec in DRAFTERS.items():
+            for name, spec in drafters.items():
                 out = Engine(model, build_drafters(spec, model)).generate(ids, config)
                 identical[name] = identical.get(name, True) and out.token_ids == plain.token_ids
     def logits(net) -> list[np.ndarray]:  # [T, V] per sequence
@@ -176,10 +189,13 @@ def compare(path: Path, prompts: list[str], args) -> dict:
     return {**result, "weights": model.weights.summary(), "greedy_identical_to_plain": identical}
 
 
-def write_report(path: Path, results: dict, args) -> None:
-    lines = ["# specdec against llama.cpp on K-quant files of the default model", "",
-             f"SmolLM2-135M-Instruct written as F16, quantized by llama.cpp's `llama_model_quantize`; "
-             f"{args.prompts} dev prompts, each the chat-templated prompt and specdec's greedy answer of "
+def write_report(path: Path, results: dict, args, drafters: dict[str, str]) -> None:
+    source = ("SmolLM2-135M-Instruct written as F16, quantized by llama.cpp's `llama_model_quantize`"
+              if args.model == "smollm2-135m" else
+              f"{args.model}'s file as published ({', '.join(sorted(set(r['weights'] for r in results.values())))})")
+    lines = [f"# specdec against llama.cpp on {'K-quant files of the default model' if args.model == 'smollm2-135m' else args.model}", "",
+             f"{source}; `--model {args.model}`; "
+             f"{args.prompts} dev prompts, each the prompt (chat-templated where the file has a template) and specdec's greedy answer of "
              f"{args.new_tokens} tokens, teacher-forced through both (`scripts/llama_cpp_agreement.py`).", "",
              "llama.cpp ran twice: with a float32 KV cache (as specdec's) and with its default float16 one. "
              "Beside each, both runtimes against the same weights computed in float32 with float32 activations "
@@ -193,7 +209,7 @@ def write_report(path: Path, results: dict, args) -> None:
              "Top-1 agreement (max abs logit difference):", "",
              "| type | positions | ours ~ llama.cpp (f32 cache) | ours ~ llama.cpp (f16 cache) | llama.cpp f32 ~ f16 cache | "
              "clear positions: ours ~ llama.cpp (f32 cache) | ours ~ float32 | "
-             "llama.cpp (f32 cache) ~ float32 | llama.cpp (f16 cache) ~ float32 | greedy with " + ", ".join(DRAFTERS) +
+             "llama.cpp (f32 cache) ~ float32 | llama.cpp (f16 cache) ~ float32 | greedy with " + ", ".join(drafters) +
              " = plain | layouts |", "|---|---:|---|---|---|---|---|---|---|---|---|"]
 
     def cell(entry: dict) -> str:

@@ -30,6 +30,7 @@ import torch
 
 from specdec.errors import ModelLoadError
 from specdec.runtime.gguf_synthetic import SHAPES, Shape, random_blocks, write_gguf
+from specdec.runtime.llama import LAYER_WEIGHTS
 from specdec.runtime.quant import QuantizedLinear, gguf_parts, pack_gguf_tensors
 from tests.kernel_checks import check_layer_recipe, on_generic_build
 
@@ -194,7 +195,7 @@ def test_qwen3_layers_run_in_one_call_with_their_q_and_k_norms(tmp_path, tokeniz
     monkeypatch.setattr(type(net), "_fused_layer_weights", lambda self: None)
     layered = net.forward(ids, net.new_cache(64))
     assert torch.equal(fused, layered)
-    unnormed = [torch.empty(0) if i % 12 in (10, 11) else w for i, w in enumerate(weights)]
+    unnormed = [torch.empty(0) if i % LAYER_WEIGHTS in (10, 11) else w for i, w in enumerate(weights)]
     monkeypatch.setattr(type(net), "_fused_layer_weights", lambda self: unnormed)
     assert not torch.equal(net.forward(ids, net.new_cache(64)), fused)
 

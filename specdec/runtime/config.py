@@ -1,4 +1,4 @@
-"""Configuration of a Llama-family model (Llama 2/3, SmolLM2, Qwen2, Qwen3, Mistral, Phi-3/Phi-4).
+"""Configuration of a Llama-family model (Llama 2/3, SmolLM2, Qwen2, Qwen3, Mistral, Phi-3/Phi-4, Gemma 3).
 
 One dataclass, filled from a Hugging Face `config.json` or from GGUF metadata. Everything the
 lean runtime needs to build the network is here; nothing else is read from the source files.
@@ -7,6 +7,7 @@ lean runtime needs to build the network is here; nothing else is read from the s
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -18,7 +19,9 @@ SUPPORTED_ARCHITECTURES = {
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
     "Phi3ForCausalLM": "phi3",  # Llama's layers with q/k/v and gate/up stored fused (the runtime fuses them anyway)
+    "Gemma3ForCausalLM": "gemma3",  # q/k norms, a norm after each branch, GELU, local (windowed) and global layers
 }
+GEMMA3_MODEL_TYPES = ("gemma3_text", "gemma3")
 
 
 @dataclass
@@ -40,6 +43,13 @@ class ModelConfig:
     qk_norm: bool = False  # Qwen3: an RMS norm over each head's q and k (head_dim wide) before RoPE
     tie_word_embeddings: bool = False
     sliding_window: int | None = None  # Mistral, Phi-3: attention limited to this many positions
+    # Gemma 3: each layer's sliding window (0: a global layer), run as such (not a bound on the context);
+    # the windowed layers' RoPE base; a norm on each branch's output; GELU's tanh form; embeddings × √hidden
+    layer_windows: list[int] | None = None
+    rope_local_theta: float | None = None
+    post_norms: bool = False
+    hidden_act: str = "silu"  # or "gelu_tanh"
+    embed_scale: float = 1.0
     family: str = "llama"
     bos_token_id: int | None = None
     eos_token_ids: list[int] = field(default_factory=list)
@@ -60,7 +70,7 @@ class ModelConfig:
     def max_context(self) -> int:
         """Longest sequence the runtime will run (prompt plus generated tokens)."""
         limit = self.max_position_embeddings
-        if self.sliding_window:
+        if self.sliding_window and not self.layer_windows:
             # Beyond the window Mistral attends to a band, which this runtime does not implement;
             # within it, full causal attention is exact.
             limit = min(limit, self.sliding_window)
@@ -94,7 +104,8 @@ class ModelConfig:
             family = SUPPORTED_ARCHITECTURES.get(arch, family)
         if family is None:
             model_type = hf.get("model_type")
-            family = model_type if model_type in SUPPORTED_ARCHITECTURES.values() else None
+            family = "gemma3" if model_type in GEMMA3_MODEL_TYPES else model_type
+            family = family if family in SUPPORTED_ARCHITECTURES.values() else None
         if family is None:
             raise ModelLoadError(
                 f"architecture {archs or hf.get('model_type')} is not supported by the lean runtime "
@@ -108,7 +119,7 @@ class ModelConfig:
             eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
             use_window = hf.get("use_sliding_window", family in ("mistral", "phi3"))
             head_dim = hf.get("head_dim") or hidden // num_heads
-            return cls(
+            config = cls(
                 vocab_size=hf["vocab_size"],
                 hidden_size=hidden,
                 intermediate_size=hf["intermediate_size"],
@@ -130,8 +141,41 @@ class ModelConfig:
                 bos_token_id=hf.get("bos_token_id"),
                 eos_token_ids=eos_ids,
             )
+            return config.gemma3(hf) if family == "gemma3" else config
         except KeyError as missing:
             raise ModelLoadError(f"config.json lacks the field {missing}") from None
+
+    def gemma3(self, hf: dict[str, Any]) -> "ModelConfig":
+        """This config (read as Llama's) with Gemma 3's layer pattern and parts from its config.json."""
+        params = hf.get("rope_parameters") or {}
+        full, local = params.get("full_attention") or {}, params.get("sliding_attention") or {}
+        if hf.get("final_logit_softcapping") or hf.get("attn_logit_softcapping") or hf.get("use_bidirectional_attention"):
+            raise ModelLoadError("this Gemma config caps its logits or attends both ways (Gemma 2's kind), which "
+                                 "specdec's runtime does not run; load it with --runtime transformers")
+        scalar = hf.get("query_pre_attn_scalar", self.head_dim)
+        if scalar != self.head_dim:
+            raise ModelLoadError(f"this Gemma 3 scales its queries by 1/sqrt({scalar}), not by its head size "
+                                 f"{self.head_dim} (the 27B model); load it with --runtime transformers")
+        window = int(hf.get("sliding_window") or 0)
+        pattern = int(hf.get("sliding_window_pattern") or hf.get("_sliding_window_pattern") or 6)
+        types = hf.get("layer_types") or ["sliding_attention" if (i + 1) % pattern else "full_attention"
+                                          for i in range(self.num_layers)]
+        self.layer_windows = [window if kind == "sliding_attention" else 0 for kind in types]
+        self.rope_theta = float(full.get("rope_theta") or hf.get("rope_theta") or 1_000_000.0)
+        self.rope_local_theta = float(local.get("rope_theta") or hf.get("rope_local_base_freq") or 10_000.0)
+        self.rope_scaling = _rope_scaling({"rope_scaling": full}) if full.get("rope_type", "default") != "default" else (
+            _rope_scaling(hf))
+        self.post_norms = True
+        self.hidden_act = "gelu_tanh"
+        self.embed_scale = _float32(self.hidden_size ** 0.5)
+        self.qk_norm = True
+        self.sliding_window = None
+        return self
+
+
+def _float32(value: float) -> float:
+    """`value` rounded to float32 (transformers and llama.cpp hold Gemma's √hidden so)."""
+    return struct.unpack("f", struct.pack("f", value))[0]
 
 
 def _rotary_dim(hf: dict[str, Any], head_dim: int) -> int | None:

@@ -36,9 +36,9 @@ CONVERSION_VERSION = 2
 DIGESTS = "digests.json"  # under the cache's gguf/: each file version's digest, so that a file is read through once
 DIGEST_CHUNK = 1 << 24
 ARCH_TO_HF = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
-              "phi3": "Phi3ForCausalLM"}
+              "phi3": "Phi3ForCausalLM", "gemma3": "Gemma3ForCausalLM"}
 ROPE_FACTOR_TENSORS = ("rope_freqs.weight", "rope_factors_short.weight", "rope_factors_long.weight")  # read into the config
-RUNS = "Llama 2/3/3.1/3.2, Mistral, Qwen2/2.5, Qwen3, Phi-3, Phi-3.5-mini, Phi-4 and Phi-4-mini"  # the models those files hold
+RUNS = "Llama 2/3/3.1/3.2, Mistral, Qwen2/2.5, Qwen3, Phi-3, Phi-3.5-mini, Phi-4, Phi-4-mini and Gemma 3 (text)"  # the models those files hold
 FLOAT_WEIGHTS = "model.safetensors"
 
 
@@ -228,6 +228,8 @@ def _hf_config(reader, gguf_path: Path) -> dict:
         config["rope_scaling"] = _longrope(reader, gguf_path, arch, names)
     if arch == "phi3":
         _phi3_fields(reader, config)
+    if arch == "gemma3":
+        _gemma3_fields(reader, config)
     if "rope_freqs.weight" in names:  # Llama 3.1/3.2: the divisor of each RoPE frequency, stored as a tensor
         config["rope_freq_factors"] = _float_tensor(reader, "rope_freqs.weight")
     return config
@@ -242,6 +244,25 @@ def _phi3_fields(reader, config: dict) -> None:
     rotary = gguf_field(reader, "phi3.rope.dimension_count", config["head_dim"])
     if rotary != config["head_dim"]:
         config["partial_rotary_factor"] = rotary / config["head_dim"]
+
+
+GEMMA3_LOCAL_ROPE_BASE, GEMMA3_WINDOW_PATTERN = 10000.0, 6  # what llama.cpp assumes for every gemma3 file
+GEMMA3_27B_LAYERS = 62  # the one size whose queries llama.cpp scales by 1/sqrt(hidden / heads), not by the head's
+
+
+def _gemma3_fields(reader, config: dict) -> None:
+    """Gemma 3 as transformers' Gemma3TextConfig names it, with what llama.cpp reads from the file or
+    assumes: every sixth layer global, the others windowed with a RoPE base of 10,000; queries scaled
+    by the head size (the 27B model: hidden / heads); GELU's tanh form; the output tied when absent."""
+    config["model_type"] = "gemma3_text"
+    config["hidden_act"] = config["hidden_activation"] = "gelu_pytorch_tanh"
+    config["sliding_window"] = gguf_field(reader, "gemma3.attention.sliding_window")
+    config["layer_types"] = ["sliding_attention" if (i + 1) % GEMMA3_WINDOW_PATTERN else "full_attention"
+                             for i in range(config["num_hidden_layers"])]
+    config["rope_local_base_freq"] = GEMMA3_LOCAL_ROPE_BASE
+    config["query_pre_attn_scalar"] = (config["hidden_size"] // config["num_attention_heads"]
+                                       if config["num_hidden_layers"] == GEMMA3_27B_LAYERS else config["head_dim"])
+    config["final_logit_softcapping"] = config["attn_logit_softcapping"] = None
 
 
 def _longrope(reader, gguf_path: Path, arch: str, names: set[str]) -> dict:
@@ -278,7 +299,8 @@ def _convert_weights(reader, gguf_path: Path, out: Path) -> None:
     from safetensors.torch import save_file
 
     config = hf_config(reader, gguf_path)
-    arch, num_heads, num_kv_heads = config["model_type"], config["num_attention_heads"], config["num_key_value_heads"]
+    arch, num_heads, num_kv_heads = (gguf_field(reader, "general.architecture"), config["num_attention_heads"],
+                                     config["num_key_value_heads"])
     state = {}
     for tensor in reader.tensors:
         if tensor.name in ROPE_FACTOR_TENSORS:
@@ -290,6 +312,8 @@ def _convert_weights(reader, gguf_path: Path, out: Path) -> None:
         name = _hf_name(tensor.name, gguf_path, arch)
         if arch == "llama" and name.endswith(("q_proj.weight", "k_proj.weight")):
             weight = unpermute_qk(weight, num_heads if "q_proj" in name else num_kv_heads)
+        if arch == "gemma3" and name.endswith("norm.weight"):
+            weight = weight - np.float32(1)  # llama.cpp's converter stored 1 + w; transformers' Gemma norms add the 1
         state[name] = torch.from_numpy(np.ascontiguousarray(weight))
     save_file(state, str(out), metadata={"format": "pt"})
 
@@ -313,11 +337,14 @@ _GGUF_TO_HF = {
 
 
 _PHI3_TO_HF = {**_GGUF_TO_HF, "attn_qkv": "self_attn.qkv_proj", "ffn_up": "mlp.gate_up_proj"}  # [q; k; v], [gate; up]
+_GEMMA3_TO_HF = {**_GGUF_TO_HF, "post_attention_norm": "post_attention_layernorm",
+                 "ffn_norm": "pre_feedforward_layernorm", "post_ffw_norm": "post_feedforward_layernorm"}
+_ARCH_NAMES = {"phi3": _PHI3_TO_HF, "gemma3": _GEMMA3_TO_HF}
 
 
 def _hf_name(name: str, gguf_path: Path, arch: str = "llama") -> str:
     parts = name.split(".")
-    names = _PHI3_TO_HF if arch == "phi3" else _GGUF_TO_HF
+    names = _ARCH_NAMES.get(arch, _GGUF_TO_HF)
     try:
         if parts[0] == "blk":  # blk.{i}.{module}.{weight|bias}
             return f"model.layers.{parts[1]}.{names[parts[2]]}.{parts[3]}"

@@ -150,6 +150,9 @@ def pack_weights(path: Path, config: ModelConfig) -> tuple[dict[str, torch.Tenso
         blk, at = f"blk.{i}.", f"layers.{i}."
         state[at + "attn_norm.weight"] = floats(blk + "attn_norm.weight").reshape(-1)
         state[at + "mlp_norm.weight"] = floats(blk + "ffn_norm.weight").reshape(-1)
+        if config.post_norms:  # Gemma: the norms of each branch's output
+            state[at + "post_attn_norm.weight"] = floats(blk + "post_attention_norm.weight").reshape(-1)
+            state[at + "post_mlp_norm.weight"] = floats(blk + "post_ffw_norm.weight").reshape(-1)
         if config.attention_bias:
             state[at + "attn.qkv.bias"] = torch.cat([floats(f"{blk}attn_{p}.bias").reshape(-1) for p in "qkv"])
         if config.qk_norm:
@@ -231,6 +234,9 @@ def _assemble(config: ModelConfig, state: dict[str, torch.Tensor], plan: dict[st
         at = f"layers.{i}."
         layer.attn_norm.weight = vector(at + "attn_norm.weight")
         layer.mlp_norm.weight = vector(at + "mlp_norm.weight")
+        if config.post_norms:
+            layer.post_attn_norm.weight = vector(at + "post_attn_norm.weight")
+            layer.post_mlp_norm.weight = vector(at + "post_mlp_norm.weight")
         if config.qk_norm:
             layer.attn.q_norm.weight = vector(at + "attn.q_norm.weight")
             layer.attn.k_norm.weight = vector(at + "attn.k_norm.weight")

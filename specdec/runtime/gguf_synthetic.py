@@ -31,7 +31,7 @@ BLOCKS = {
 class Shape:
     """What a Llama-family file's tensors need."""
 
-    arch: str  # GGUF architecture: llama, qwen2, qwen3 or phi3 (q/k/v and gate/up stored fused)
+    arch: str  # GGUF architecture: llama, qwen2, qwen3, phi3 (q/k/v and gate/up stored fused) or gemma3
     layers: int
     hidden: int
     mlp: int
@@ -44,6 +44,7 @@ class Shape:
     head_dim: int | None = None  # where it is not hidden / heads (Qwen3: 128 at every size)
     rotary: float = 1.0  # the share of each head RoPE turns (phi3: Phi-4-mini turns 0.75)
     long_rope: bool = False  # phi3: LongRoPE factors for a 131,072-token context trained from 4,096 (Phi-3.5, Phi-4-mini)
+    window: int = 0  # gemma3: the local layers' sliding window
 
     def small(self, layers: int = 2) -> "Shape":
         """The same widths with fewer layers (tests make these in seconds)."""
@@ -60,6 +61,8 @@ SHAPES = {
     "phi-4": Shape("phi3", 40, 5120, 17920, 40, 10, vocab=100352, tied=False, rope_theta=250000.0),
     "phi-3.5-mini": Shape("phi3", 32, 3072, 8192, 32, 32, vocab=32064, tied=False, rope_theta=10000.0, long_rope=True),
     "phi-4-mini": Shape("phi3", 32, 3072, 8192, 24, 8, vocab=200064, rope_theta=10000.0, rotary=0.75, long_rope=True),
+    "gemma-3-270m": Shape("gemma3", 18, 640, 2048, 4, 1, vocab=262144, rope_theta=1000000.0, head_dim=256, window=512),
+    "gemma-3-4b": Shape("gemma3", 34, 2560, 10240, 8, 4, vocab=262144, rope_theta=1000000.0, head_dim=256, window=1024),
 }
 
 
@@ -124,6 +127,8 @@ def write_gguf(path: Path, shape: Shape, file_type: str, tokenizer_gguf: Path, *
         writer.add_value_length(head_dim)
     if arch == "phi3":
         writer.add_rope_dimension_count(int(head_dim * shape.rotary))
+    if arch == "gemma3":
+        writer.add_sliding_window(shape.window)
     if shape.long_rope:
         writer.add_rope_scaling_orig_ctx_len(LONG_ROPE_ORIGINAL)
         writer.add_rope_scaling_attn_factors(long_rope_attention_factor())
@@ -164,9 +169,12 @@ def write_gguf(path: Path, shape: Shape, file_type: str, tokenizer_gguf: Path, *
         if arch == "qwen2":
             for part, size in (("q", shape.heads), ("k", shape.kv_heads), ("v", shape.kv_heads)):
                 writer.add_tensor(f"{blk}attn_{part}.bias", rng.standard_normal(size * head_dim).astype(np.float32) / 8)
-        if arch == "qwen3":  # per-head q and k norms, not all ones (a test must see them applied)
+        if arch in ("qwen3", "gemma3"):  # per-head q and k norms, not all ones (a test must see them applied)
             for part in "qk":
                 writer.add_tensor(f"{blk}attn_{part}_norm.weight", rng.uniform(0.5, 1.5, head_dim).astype(np.float32))
+        if arch == "gemma3":  # the norms of each branch's output
+            for name in ("post_attention_norm", "post_ffw_norm"):
+                writer.add_tensor(f"{blk}{name}.weight", rng.uniform(0.5, 1.5, shape.hidden).astype(np.float32))
         linear(blk + "attn_output.weight", "attn_output", i, shape.hidden, shape.heads * head_dim)
         if arch == "phi3":
             linear(blk + "ffn_up.weight", "ffn_up", i, 2 * shape.mlp, shape.hidden)  # [gate; up]

