@@ -12,7 +12,7 @@ import torch
 from specdec.bench.memory import PeakMemory
 from specdec.bench.metrics import first_difference, summarize
 from specdec.bench.prompts import PromptCase, load_prompts
-from specdec.bench.report import paired_ratio, speed_summary_from_results, target_notes
+from specdec.bench.report import markdown, paired_ratio, speed_summary_from_results, target_notes
 from specdec.bench.runner import MethodRun
 from specdec.cli import main
 from specdec.errors import SpecdecError
@@ -139,6 +139,34 @@ def test_metric_arithmetic_on_hand_made_rows():
     assert ngram["draft_share"] == pytest.approx(0.1) and ngram["verify_share"] == pytest.approx(0.8)
     assert result["by_category"]["x"]["methods"]["ngram"]["speedup_vs_plain"] == pytest.approx(2.0)
     assert "mean_accepted_tokens" not in result["methods"]["hf-generate"]
+
+
+def timed_run(tokens: int, prefill: float, decoding: float) -> MethodRun:
+    """One repeat of `tokens` new tokens: `prefill` seconds, then `decoding` seconds of passes."""
+    total = prefill + decoding
+    stats = GenerationStats(drafter="x", new_tokens=tokens, target_passes=tokens, total_seconds=total,
+                            prefill_seconds=prefill, verify_seconds=decoding)
+    return MethodRun(list(range(tokens)), [tokens / total], [total], [tokens], stats, None)
+
+
+def test_a_sampled_answer_stopped_early_is_compared_over_its_decoding_alone():
+    """Both decode at 100 tokens/s after a 1 s prefill; the method's sampled answer on prompt a ended
+    after 20 tokens where plain decoding's ran to 100. Over the whole request that reads as
+    (20 / 1.2) / (100 / 2) = 0.33× on a; over the decoding alone it is 1.0× on both prompts, which the
+    summary and the report give beside it. Control: the same run with equal lengths reports nothing
+    of the kind (the whole-time ratio is then fair)."""
+    a, b = PromptCase("a", "x", ("p",)), PromptCase("b", "x", ("p",))
+    rows = [{"case": a, "temperature": 1.0, "runs": {"plain": timed_run(100, 1.0, 1.0), "ngram": timed_run(20, 1.0, 0.2)}},
+            {"case": b, "temperature": 1.0, "runs": {"plain": timed_run(100, 1.0, 1.0), "ngram": timed_run(100, 1.0, 1.0)}}]
+    result = summarize(rows)["1"]
+    ngram = result["methods"]["ngram"]
+    assert ngram["speedup_vs_plain"] == pytest.approx(((20 / 1.2) / 50 + 1) / 2, abs=1e-4)  # rounded to 4 decimals
+    assert ngram["decoding_alone"] == {"speedup_vs_plain": 1.0, "lengths_differ": 1}
+    text = markdown(summarize(rows), {})
+    assert "Over the decoding alone" in text and "ngram 1.00× (1 of 2)" in text
+    rows[0]["runs"]["ngram"] = timed_run(100, 1.0, 1.0)
+    same = summarize(rows)
+    assert "decoding_alone" not in same["1"]["methods"]["ngram"] and "decoding alone" not in markdown(same, {})
 
 
 def test_targets_are_reported_plainly():

@@ -90,6 +90,29 @@ def _differences(rows: list[dict], name: str) -> list[tuple[str, int | None]]:
     return [(r["case"].id, first_difference(r["runs"][name].token_ids, r["runs"][PLAIN].token_ids)) for r in rows]
 
 
+def decoding_rate(stats: GenerationStats | None) -> float | None:
+    """New tokens per second of the decoding alone (the time after the prefill), or None where the
+    statistics carry no times (an endpoint's)."""
+    if stats is None or stats.total_seconds <= stats.prefill_seconds:
+        return None
+    return stats.new_tokens / (stats.total_seconds - stats.prefill_seconds)
+
+
+def decoding_alone(rows: list[dict], name: str) -> dict | None:
+    """Where `name`'s answers and plain decoding's differ in length on some prompt (a sampled answer
+    ends where an end-of-text token is drawn), the whole request's time weighs the prefill unevenly
+    between them: then the mean per-prompt ratio of their decoding rates alone, and on how many
+    prompts the lengths differ. None where they never differ or a rate is missing."""
+    if name == PLAIN or any(PLAIN not in r["runs"] for r in rows):
+        return None
+    differ = sum(r["runs"][name].new_tokens != r["runs"][PLAIN].new_tokens for r in rows)
+    rates = [(decoding_rate(r["runs"][name].stats), decoding_rate(r["runs"][PLAIN].stats)) for r in rows]
+    if not differ or any(ours is None or not plain for ours, plain in rates):
+        return None
+    return {"speedup_vs_plain": round(statistics.mean(ours / plain for ours, plain in rates), 4),
+            "lengths_differ": differ}
+
+
 def method_summary(rows: list[dict], name: str, costs=None) -> dict:
     baseline = baseline_of(rows[0]["runs"], endpoint_names(rows[0]["runs"]))
     out = {"tokens_per_second": _quartile_dict([median_rate(r["runs"][name]) for r in rows], 3),
@@ -126,6 +149,9 @@ def method_summary(rows: list[dict], name: str, costs=None) -> dict:
     peaks = [r["runs"][name].peak_memory_bytes for r in rows if r["runs"][name].peak_memory_bytes is not None]
     if peaks:
         out["peak_memory_mb"] = round(max(peaks) / 2**20, 1)
+    alone = decoding_alone(rows, name)
+    if alone is not None:
+        out["decoding_alone"] = alone
     if rows[0]["temperature"] == 0:
         differences = _differences(rows, name)
         mismatched = [(case, pos) for case, pos in differences if pos is not None]

@@ -274,6 +274,14 @@ def markdown(summary: dict, header: dict, targets: bool = False) -> str:
                 cells.append(f"{m['identical']}/{result['prompts']}")
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
+        alone = {name: m["decoding_alone"] for name, m in methods.items() if "decoding_alone" in m}
+        if alone:
+            ratios = ", ".join(f"{name} {a['speedup_vs_plain']:.2f}× ({a['lengths_differ']} of {result['prompts']})"
+                               for name, a in alone.items())
+            lines += ["Answer lengths differ from plain decoding's on some prompts (an end-of-text token drawn at "
+                      "another step), so \"× plain\" over the whole request weighs the prefill unevenly. Over the "
+                      f"decoding alone (new tokens over the time after the prefill), × plain (prompts whose lengths "
+                      f"differ): {ratios}. `--ignore-eos` gives every answer the same length.", ""]
         if any(m.get("off_prediction") for m in methods.values()):
             lines += [f"⚠: the prediction (the acceptance model on the run's α, γ and measured costs: run-aware where the run kept counts per position) is more than "
                       f"{PREDICTION_TOLERANCE:.0%} from the measured speed-up over plain decoding (the sign: predicted above or below).", ""]
