@@ -276,6 +276,12 @@ void transpose_key_block(const T* src, int64_t width, int64_t dim, float* kt) {
   }
 }
 
+// The first block of 16 slots a segment's rows may see: with a window, no row sees a slot before
+// past + 1 - window (its lowest row, one new token); the keys before it are never transposed.
+int64_t first_visible_block(const AttentionSegment& seg) {
+  return seg.window > 0 ? std::max<int64_t>(0, seg.past + 1 - seg.window) / kLanes : 0;
+}
+
 // A worker's buffers, grown as needed and reused from item to item.
 struct AttentionScratch {
   std::vector<float> keys_t;       // [blocks, D, 16]: the item's KV head's keys, when it transposes them
@@ -309,7 +315,7 @@ void attend(const AttentionSegment& seg, int64_t kvh, int64_t c, int64_t group, 
   } else {
     scratch.keys_t.resize(key_blocks * dim * kLanes);
     const T* src = static_cast<const T*>(seg.keys) + kvh * seg.max_len * dim;
-    for (int64_t block = 0; block < key_blocks; ++block) {
+    for (int64_t block = first_visible_block(seg); block < key_blocks; ++block) {
       const int64_t s0 = block * kLanes;
       transpose_key_block(src + s0 * dim, std::min<int64_t>(kLanes, slots - s0), dim,
                           scratch.keys_t.data() + block * dim * kLanes);
@@ -458,6 +464,7 @@ void attend_all(std::vector<AttentionSegment>& segments, int64_t heads, int64_t 
         const AttentionSegment& seg = segments[b];
         const int64_t slots = seg.past + seg.seq, key_blocks = (slots + kLanes - 1) / kLanes;
         const int64_t local = item - first_block[b], block = local % key_blocks, kvh = local / key_blocks;
+        if (block < first_visible_block(seg)) continue;  // before every row's window
         const int64_t s0 = block * kLanes, offset = (kvh * seg.max_len + s0) * dim, width = std::min<int64_t>(kLanes, slots - s0);
         float* kt = seg.keys_t + local * dim * kLanes;
         if (half) transpose_key_block(static_cast<const Half*>(seg.keys) + offset, width, dim, kt);
