@@ -5,8 +5,9 @@
   × √hidden, a tied output) gives, over a prefill of 30 tokens and then 10 one-token passes, the
   logits of transformers' Gemma3ForCausalLM loading the Hugging Face folder specdec converts the
   file into (its config.json and its float weights, norms stored as transformers' 1 + w) and of
-  transformers reading the GGUF itself, within float32 round-off (tolerances.round_off). Control:
-  the same weights with every layer global differ by over 100 times the bound.
+  transformers reading the GGUF itself, within float32 round-off (tolerances.round_off), through the
+  kernels and through PyTorch's SDPA (the windows as masks: other devices and dtypes). Control: the
+  same weights with every layer global differ by over 100 times the bound.
 - On a Q8_0 file of that shape (the batch-invariant kernels): one pass, a chunked prefill and
   one-token steps give the same bits with the window in force (chunks longer than the window
   included); a token tree's nodes give their path's bits; the layer-by-layer path gives the fused
@@ -73,6 +74,9 @@ def test_gemma3_files_equal_transformers(tmp_path, default_gguf, monkeypatch):
     bound = round_off(want, *decoder_sums(net.config, positions=40))
     assert max_difference(got, want) <= bound
     assert max_difference(also, want) <= bound
+    with monkeypatch.context() as patch:  # PyTorch's SDPA, the windows as masks
+        patch.setattr(type(net), "_invariant_kernels", lambda self: None)
+        assert max_difference(net.forward(ids, net.new_cache(64))[0], want) <= bound
     _every_layer_global(net)
     assert max_difference(net.forward(ids, net.new_cache(64))[0], want) > 100 * bound
 
@@ -86,9 +90,9 @@ def test_gemma3_window_keeps_passes_batch_invariant(gemma3_q8, monkeypatch):
     chunked = torch.cat([net.forward(ids[:, a:b], cache)[0] for a, b in ((0, 3), (3, 15), (15, 30))] +
                         [net.forward(ids[:, t:t + 1], cache)[0] for t in range(30, 40)])
     assert torch.equal(whole, chunked)
-    monkeypatch.setattr(type(net), "_fused_layer_weights", lambda self: None)
-    assert torch.equal(net.forward(ids, net.new_cache(64))[0], whole)  # layer by layer: the same bits
-    monkeypatch.undo()
+    with monkeypatch.context() as patch:  # layer by layer: the same bits
+        patch.setattr(type(net), "_fused_layer_weights", lambda self: None)
+        assert torch.equal(net.forward(ids, net.new_cache(64))[0], whole)
     weights = net._fused_layer_weights()
     assert weights[12].numel() == net.config.hidden_size  # the post-norms ride in the fused weights
     windows = net.config.layer_windows
