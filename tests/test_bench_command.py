@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import sys
 
 import pytest
@@ -164,9 +165,25 @@ def test_a_sampled_answer_stopped_early_is_compared_over_its_decoding_alone():
     assert ngram["decoding_alone"] == {"speedup_vs_plain": 1.0, "lengths_differ": 1}
     text = markdown(summarize(rows), {})
     assert "Over the decoding alone" in text and "ngram 1.00× (1 of 2)" in text
+    table = terminal_table(summarize(rows))
+    assert "×dec" in table and re.search(r"ngram .* 0\.67 .* 1\.00 ", table)  # whole-time, then decoding alone
+    assert re.search(r"plain .* 1\.00 .* – ", table)  # plain's own row: nothing to compare over decoding alone
     rows[0]["runs"]["ngram"] = timed_run(100, 1.0, 1.0)
     same = summarize(rows)
     assert "decoding_alone" not in same["1"]["methods"]["ngram"] and "decoding alone" not in markdown(same, {})
+    assert "×dec" not in terminal_table(same)
+
+
+def terminal_table(summary: dict) -> str:
+    from io import StringIO
+
+    from rich.console import Console
+
+    from specdec.bench.report import print_tables
+
+    buffer = StringIO()
+    print_tables(summary, Console(file=buffer, width=200))
+    return buffer.getvalue()
 
 
 def test_targets_are_reported_plainly():

@@ -192,6 +192,15 @@ def test_bench_table_with_every_baseline_fits(capsys):
                                         "α", "same"]
     assert "1.07 ⚠-14%" in text and "1230.20" in text
     assert "×llama: speed-up over llama.cpp's plain decoding" in one_line(text)
+    # sampled, where answers can differ in length: the decoding-alone column instead of "same"
+    methods["eagle3-chain γ=auto"]["decoding_alone"] = {"speedup_vs_plain": 6.81, "lengths_differ": 3}
+    buffer = io.StringIO()
+    print_tables({"1": {"prompts": 18, "baseline": "plain", "methods": methods}}, Console(file=buffer, soft_wrap=True))
+    text = buffer.getvalue()
+    assert wide_lines(text) == [] and "…" not in text
+    assert headings(text, "method") == ["method", "tokens/s", "TTFT s", "×hf", "×llama", "×plain", "×dec", "predicted",
+                                        "MAT", "α"]
+    assert "6.81" in text and "×dec: × plain over the decoding alone" in one_line(text)
 
 
 def test_counts_in_words(capsys, tiny_folder, tmp_path):

@@ -202,6 +202,7 @@ def print_tables(summary: dict, console) -> None:
         methods = result["methods"]
         has_hf, has_llama = HF_GENERATE in methods, LLAMA_CPP in methods
         has_ttft = any("time_to_first_token_seconds" in m for m in methods.values())
+        has_alone = any("decoding_alone" in m for m in methods.values())
         baseline, key = baseline_heading(result), speedup_key(result["baseline"])
         over = f"×{baseline}" if len(baseline) <= 8 else "×base"  # an endpoint's label can be long
         columns = {"tokens/s": "median over prompts",
@@ -209,6 +210,9 @@ def print_tables(summary: dict, console) -> None:
                    **({"×hf": "speed-up over transformers' generate"} if has_hf else {}),
                    **({"×llama": "speed-up over llama.cpp's plain decoding"} if has_llama else {}),
                    over: f"speed-up over {'plain decoding' if baseline == PLAIN else baseline}",
+                   **({"×dec": "× plain over the decoding alone (after the prefill), for methods whose answers "
+                                  "differ in length from plain decoding's on some prompts (--ignore-eos evens them)"}
+                      if has_alone else {}),
                    "predicted": f"the ×{PLAIN} the models predict from the run's α, γ and measured costs "
                                 f"(⚠: more than {PREDICTION_TOLERANCE:.0%} off)",
                    "MAT": "tokens per target pass", "α": "accepted / drafted",
@@ -220,6 +224,9 @@ def print_tables(summary: dict, console) -> None:
         table = figures_table(f"{plural(result['prompts'], 'prompt')}, {mode}", "method", list(columns))
         for name, m in methods.items():
             cells = [name, *method_cells(m, key, has_ttft, has_hf, has_llama, spread=False)]
+            if has_alone:  # after the ×baseline cell
+                alone = m.get("decoding_alone")
+                cells.insert(len(cells) - 3, "–" if alone is None else f"{alone['speedup_vs_plain']:.2f}")
             if temperature == "0":
                 cells.append(f"{m['identical']}/{result['prompts']}")
             table.add_row(*cells)
