@@ -46,6 +46,9 @@ def add_load_args(p: argparse.ArgumentParser) -> None:
                    help="auto | float32 | bfloat16 | int8 | int4: the linear layers' form (default: auto, a GGUF's "
                         "blocks as stored, every common type (Q4_0 … Q8_0, K-quants) on the CPU; a float checkpoint "
                         "stays float; the others quantize or dequantize at load)")
+    p.add_argument("--chat-template", metavar="NAME|FILE", default=None,
+                   help="the chat template for a model file that has none (or to replace its own): chatml, gemma, or "
+                        "a Jinja file (default: the model's own)")
     add_kv_cache_arg(p)
     add_no_compile_arg(p)
     add_threads_arg(p)
@@ -120,16 +123,27 @@ def generation_config(args):
                             sampling=sampling, stop=tuple(args.stop))
 
 
+def load_target(args, console):
+    """The target model from the load options (add_load_args), with `--chat-template` applied."""
+    from specdec.runtime import load_model
+    from specdec.runtime.chat_templates import read_chat_template
+
+    template = read_chat_template(args.chat_template) if args.chat_template else None  # a bad one fails first
+    with console.status(f"loading {args.model}"):
+        target = load_model(args.model, device=args.device, dtype=args.dtype, runtime=args.runtime, weights=args.weights,
+                            kv_cache=args.kv_cache)
+    if template is not None:
+        target.tokenizer.chat_template = template
+    return target
+
+
 def load_engine(args, console):
     """The target and its drafters from the options, in an `Engine`."""
     from specdec.drafters.build import build_drafters
     from specdec.decode.engine import Engine
-    from specdec.runtime import load_model
 
     choice = parse_drafter_spec(args.drafter)  # a misspelled drafter fails before the model loads
-    with console.status(f"loading {args.model}"):
-        target = load_model(args.model, device=args.device, dtype=args.dtype, runtime=args.runtime, weights=args.weights,
-                            kv_cache=args.kv_cache)
+    target = load_target(args, console)
     with console.status(f"loading the drafter {args.drafter}"):
         drafters = build_drafters(choice, target, device=args.device, dtype=args.dtype, runtime=args.runtime)
     return Engine(target, drafters)

@@ -164,6 +164,14 @@ def test_chat_two_turns(capsys, monkeypatch, tiny_folder):
     monkeypatch.setattr("rich.console.Console.input", lambda self, prompt="": next(answers))
     code, _, err = run(capsys, "chat", "--model", str(folder))
     assert code == 1 and "needs a model with a chat template" in err and "specdec generate --raw PROMPT" in err
+    assert "--chat-template" in err
+    answers = iter(["t5 t6 t7", "/exit"])  # a template given on the command line: the chat runs
+    template_file = folder.parent / "turns.jinja"
+    template_file.write_text("{% for m in messages %}{{ m['content'] }} {% endfor %}")
+    code, out, _ = run(capsys, "chat", "--model", str(folder), "--max-new-tokens", "5", "--chat-template", str(template_file))
+    assert code == 0 and out.count("tokens, MAT") == 1
+    code, _, err = run(capsys, "chat", "--model", str(folder), "--chat-template", "missing.jinja")
+    assert code != 0 and "--chat-template missing.jinja: neither a template name" in err and "Traceback" not in err
     template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
     (folder / "chat_template.jinja").write_text(template)
     try:

@@ -241,7 +241,7 @@ def run(args, console) -> int:
     from specdec.bench.report import print_tables, raw_rows, write_report
     from specdec.bench.runner import run_bench
     from specdec.control.cost_model import machine_description
-    from specdec.runtime import load_model
+    from specdec.options import load_target
 
     _check(args)
     cases = load_prompts(args.prompts, args.per_category, args.category)
@@ -252,9 +252,7 @@ def run(args, console) -> int:
     target = None
     failures: dict[str, str] = {}  # baselines that failed: name → what happened (their rows are left out)
     if args.local:
-        with console.status(f"loading {args.model}"):
-            target = load_model(args.model, device=args.device, dtype=args.dtype, runtime=args.runtime,
-                                weights=args.weights, kv_cache=args.kv_cache)
+        target = load_target(args, console)
         methods_at = build_methods(args, target, console, failures)
     else:
         methods_at = {t: [] for t in args.temperature}

@@ -21,8 +21,9 @@ def run(args, console) -> int:
     engine.prefix_cache = PrefixCache()  # each turn prefills only what the conversation added since the last
     target = engine.target
     if not target.tokenizer.chat_template:
-        raise SpecdecError(f"specdec chat needs a model with a chat template, and {args.model} has none; "
-                           "for plain text use `specdec generate --raw PROMPT`")
+        raise SpecdecError(f"specdec chat needs a model with a chat template, and {args.model} has none; give one "
+                           "with --chat-template (chatml, gemma, or a Jinja file), or for plain text use "
+                           "`specdec generate --raw PROMPT`")
     prepare_costs(engine, config, console)
     system = [{"role": "system", "content": args.system}] if args.system else []
     messages = list(system)
