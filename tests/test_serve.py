@@ -409,3 +409,37 @@ def test_serve_command_starts_answers_and_shuts_down_cleanly(chat_folder, stop_s
         if process.poll() is None:
             process.kill()
         process.wait()
+
+
+def test_references_asked_after_the_timed_requests_still_check_every_answer(chat_folder, monkeypatch):
+    """`--references-after`: no reference is asked before the last timed request (so a prefix cache
+    holds no timed prompt whole beforehand), and every answer is still checked against one: a
+    reference planted wrong is reported as a mismatch. Control: by default the references come first."""
+    import specdec.loadtest.client as load_client
+
+    calls = []
+    reference, stream_once = load_client._reference, load_client._stream_once
+
+    async def logged_reference(client, model, prompt, *rest):
+        calls.append("reference")
+        text, tokens = await reference(client, model, prompt, *rest)
+        return (text + " (planted)" if prompt == "t7" else text), tokens
+
+    async def logged_stream(*args):
+        calls.append("stream")
+        return await stream_once(*args)
+
+    monkeypatch.setattr(load_client, "_reference", logged_reference)
+    monkeypatch.setattr(load_client, "_stream_once", logged_stream)
+    server = LiveServer(make_service(chat_folder, "ngram", max_batch=4))
+    try:
+        prompts = [PROMPT, "t3 t4 t3 t4 t3", "t7"]
+        after = asyncio.run(run_load_test(server.url, MODEL, prompts, clients=3, requests=6, max_tokens=6,
+                                          references_after=True)).summary()
+        assert calls == ["stream"] * 6 + ["reference"] * 3
+        assert after["completed"] == 6 and after["errors"] == 0 and after["mismatches"] == 2  # the two "t7" answers
+        calls.clear()
+        first = asyncio.run(run_load_test(server.url, MODEL, prompts, clients=3, requests=6, max_tokens=6)).summary()
+        assert calls == ["reference"] * 3 + ["stream"] * 6 and first["mismatches"] == 2
+    finally:
+        server.stop()

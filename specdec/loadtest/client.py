@@ -1,7 +1,7 @@
 """A bounded load test of a running server: many concurrent streaming clients, every answer checked.
 
 Each prompt (and answer length) is first asked once, not streamed, greedy: that answer is the
-reference. Then `clients` concurrent clients stream greedy requests for the prompts in turn until
+reference (or, with `references_after`, asked once the timed requests are done). Then `clients` concurrent clients stream greedy requests for the prompts in turn until
 `requests` have completed, or for `duration` seconds; a request answered 429 (the queue is full) is
 counted and sent again after a back-off (0.1 s, doubling up to the server's Retry-After, with
 jitter). Every streamed answer must equal its reference, text and token count alike: a lost,
@@ -127,9 +127,11 @@ async def server_memory(client: httpx.AsyncClient) -> float | None:
 async def run_load_test(base_url: str, model: str, prompts: list[str], clients: int, requests: int, max_tokens: int,
                         api_key: str | None = None, progress=None, *, speculation: dict | None = None,
                         answer_lengths: list[int] | None = None, duration: float | None = None,
-                        disconnect_share: float = 0.0, seed: int = 0) -> LoadResult:
+                        disconnect_share: float = 0.0, seed: int = 0, references_after: bool = False) -> LoadResult:
     """`requests` requests (or as many as fit in `duration` seconds) with answer lengths drawn from
-    `answer_lengths` (default: all `max_tokens`); a `disconnect_share` of them leave mid-stream."""
+    `answer_lengths` (default: all `max_tokens`); a `disconnect_share` of them leave mid-stream.
+    `references_after`: the references are asked after the timed requests, not before, so that no
+    timed request finds its whole prompt left in a prefix cache by its own reference."""
     host = urlparse(base_url).hostname or ""
     if not is_loopback(host):
         raise SpecdecError(f"the load test only runs against a loopback server, not {host}")
@@ -143,8 +145,12 @@ async def run_load_test(base_url: str, model: str, prompts: list[str], clients: 
     result = LoadResult()
     rng = random.Random(seed)
     async with httpx.AsyncClient(base_url=base_url, headers=headers, timeout=600, limits=limits) as client:
-        references = {(p, n): await _reference(client, model, prompts[p], n, speculation)
-                      for p in range(len(prompts)) for n in lengths}
+        async def ask_references() -> dict:
+            return {(p, n): await _reference(client, model, prompts[p], n, speculation)
+                    for p in range(len(prompts)) for n in lengths}
+
+        references = {} if references_after else await ask_references()
+        answers = []  # (request number, prompt index, answer length, text, tokens): checked at the end
         memory_before = await server_memory(client)
         next_request = 0
         started = time.perf_counter()
@@ -181,10 +187,7 @@ async def run_load_test(base_url: str, model: str, prompts: list[str], clients: 
                 if first is not None:
                     result.first_tokens.append(first)
                 result.tokens += tokens or 0
-                want_text, want_tokens = references[prompt_index, length]
-                if text != want_text or tokens != want_tokens:
-                    result.mismatches.append(f"request {number} (prompt {prompt_index}): {plural(tokens, 'token')} "
-                                             f"{text[:60]!r}, expected {plural(want_tokens, 'token')} {want_text[:60]!r}")
+                answers.append((number, prompt_index, length, text, tokens))
                 if progress:
                     progress()
 
@@ -205,6 +208,13 @@ async def run_load_test(base_url: str, model: str, prompts: list[str], clients: 
         health = await client.get("/health")
         if health.status_code != 200 or health.json().get("status") != "ok":
             result.errors.append(f"unhealthy afterwards: {health.status_code} {health.text[:200]}")
+        if references_after:
+            references = await ask_references()
+        for number, prompt_index, length, text, tokens in sorted(answers):
+            want_text, want_tokens = references[prompt_index, length]
+            if text != want_text or tokens != want_tokens:
+                result.mismatches.append(f"request {number} (prompt {prompt_index}): {plural(tokens, 'token')} "
+                                         f"{text[:60]!r}, expected {plural(want_tokens, 'token')} {want_text[:60]!r}")
     return result
 
 
@@ -222,14 +232,15 @@ def speculation_setting(name: str) -> dict:
 
 async def run_load_curve(base_url: str, model: str, prompts: list[str], client_counts: list[int],
                          settings: list[str], requests_per_client: int, max_tokens: int, api_key: str | None = None,
-                         progress=None) -> list[dict]:
+                         progress=None, references_after: bool = False) -> list[dict]:
     """The load test at every number of clients and speculation setting: one summary each, with
     `requests_per_client` × clients requests (at least 8) per point."""
     points = []
     for clients in client_counts:
         for name in settings:
             result = await run_load_test(base_url, model, prompts, clients, max(8, requests_per_client * clients),
-                                         max_tokens, api_key, speculation=speculation_setting(name))
+                                         max_tokens, api_key, speculation=speculation_setting(name),
+                                         references_after=references_after)
             points.append({"clients": clients, "speculation": name, **result.summary()})
             if progress:
                 progress(points[-1])

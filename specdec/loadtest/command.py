@@ -22,6 +22,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shared-prefix", default=None, metavar="FILE",
                    help="a text file sent before every prompt (and a blank line), as clients share a system prompt "
                         "or few-shot examples: what a server's prefix cache is for (default: none)")
+    p.add_argument("--references-after", action="store_true",
+                   help="ask each prompt's reference answer after the timed requests, not before (default: before), "
+                        "so that a server's prefix cache holds no timed prompt whole beforehand: what clients with "
+                        "new questions meet")
     p.add_argument("--clients", type=whole_number, default=32, help="concurrent streaming clients (default: 32)")
     p.add_argument("--requests", type=whole_number, default=500, help="requests to complete in all (default: 500)")
     p.add_argument("--max-new-tokens", "--max-tokens", dest="max_tokens", type=int, default=16, metavar="N",
@@ -108,7 +112,8 @@ def run(args, console) -> int:
         result = asyncio.run(run_load_test(args.url, model, prompts, args.clients, args.requests, args.max_tokens,
                                            args.api_key, progress=lambda: progress.advance(task),
                                            speculation=speculation, answer_lengths=lengths, duration=args.duration,
-                                           disconnect_share=args.disconnect_share))
+                                           disconnect_share=args.disconnect_share,
+                                           references_after=args.references_after))
     summary = {"url": args.url, "model": model, "prompts": len(prompts), "clients": args.clients,
                "max_tokens": lengths or args.max_tokens, "speculation": args.speculation or "server default",
                **result.summary()}
@@ -142,7 +147,8 @@ def _run_curve(args, console, model: str, prompts: list[str], clients: list[int]
             progress.advance(task)
 
         points = asyncio.run(run_load_curve(args.url, model, prompts, clients, settings, args.requests_per_client,
-                                            args.max_tokens, args.api_key, progress=done))
+                                            args.max_tokens, args.api_key, progress=done,
+                                            references_after=args.references_after))
     curves = {args.label: points, **compared}
     if args.out:
         Path(args.out).write_text(json.dumps({"url": args.url, "model": model, "max_tokens": args.max_tokens,
