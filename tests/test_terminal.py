@@ -184,20 +184,22 @@ def test_bench_table_with_every_baseline_fits(capsys):
                "eagle3-chain γ=auto": method(1230.2, predicted_speedup=1.07, prediction_error=-0.1439,
                                              off_prediction=True, mean_accepted_tokens=1.52, acceptance_rate=0.41),
                "http://127.0.0.1:8000": method(150.3, time_to_first_token_seconds={"median": 0.123})}
-    buffer = io.StringIO()
-    print_tables({"0": {"prompts": 18, "baseline": "plain", "methods": methods}}, Console(file=buffer, soft_wrap=True))
-    text = buffer.getvalue()
-    assert wide_lines(text) == [] and "…" not in text
+    def table(temperature: str) -> str:
+        buffer = io.StringIO()
+        print_tables({temperature: {"prompts": 18, "baseline": "plain", "methods": methods}},
+                     Console(file=buffer, soft_wrap=True))
+        text = buffer.getvalue()
+        assert wide_lines(text) == [] and "…" not in text
+        return text
+
+    text = table("0")
     assert headings(text, "method") == ["method", "tokens/s", "TTFT s", "×hf", "×llama", "×plain", "predicted", "MAT",
                                         "α", "same"]
     assert "1.07 ⚠-14%" in text and "1230.20" in text
     assert "×llama: speed-up over llama.cpp's plain decoding" in one_line(text)
     # sampled, where answers can differ in length: the decoding-alone column instead of "same"
     methods["eagle3-chain γ=auto"]["decoding_alone"] = {"speedup_vs_plain": 6.81, "lengths_differ": 3}
-    buffer = io.StringIO()
-    print_tables({"1": {"prompts": 18, "baseline": "plain", "methods": methods}}, Console(file=buffer, soft_wrap=True))
-    text = buffer.getvalue()
-    assert wide_lines(text) == [] and "…" not in text
+    text = table("1")
     assert headings(text, "method") == ["method", "tokens/s", "TTFT s", "×hf", "×llama", "×plain", "×dec", "predicted",
                                         "MAT", "α"]
     assert "6.81" in text and "×dec: × plain over the decoding alone" in one_line(text)

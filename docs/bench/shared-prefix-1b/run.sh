@@ -27,6 +27,7 @@ serve_and_test() {  # NAME PORT CLIENTS REQUESTS COMMAND...: start, wait until h
   shift 4
   "$@" > $out/$name-$clients-server.log 2>&1 &
   pid=$!
+  trap "kill $pid 2> /dev/null" EXIT  # a failed test must not leave its server holding the port
   until curl -sf http://127.0.0.1:$port/health > /dev/null; do
     kill -0 $pid 2> /dev/null || { echo "$name did not start: see $out/$name-$clients-server.log" >&2; exit 1; }
     sleep 2
@@ -37,13 +38,18 @@ serve_and_test() {  # NAME PORT CLIENTS REQUESTS COMMAND...: start, wait until h
   wait $pid 2> /dev/null || true
 }
 mkdir -p $out
-: > $out/peak-memory.txt
 specdec=(.venv/bin/specdec serve --model $model --drafter none --max-batch 16 --max-queue 64 --threads $threads)
-# 16 slots of 2,048 tokens each (prefix ~1,540 tokens + question + 64 new); its prompt cache is on by default
-llama=($llama_server -m $model --parallel 16 -c 32768 -t $threads -tb $threads --cont-batching)
-for clients_requests in "1 6" "16 18"; do
-  set -- $clients_requests
-  serve_and_test specdec 8400 $1 $2 "${specdec[@]}" --port 8400
-  serve_and_test specdec-no-prefix-cache 8401 $1 $2 "${specdec[@]}" --port 8401 --prefix-cache 0
-  serve_and_test llama-server 8402 $1 $2 "${llama[@]}" --port 8402
+# 16 slots of 4,096 tokens each (the prefix's ~1,540 tokens + a question of up to ~700 + 64 new); its
+# prompt cache is on by default
+llama=($llama_server -m $model --parallel 16 -c 65536 -t $threads -tb $threads --cont-batching)
+# RUNS: which CLIENTS:REQUESTS tests (default 1:6 16:18); SERVERS: which servers, in this order
+for run in ${RUNS:-1:6 16:18}; do
+  set -- ${run/:/ }
+  for server in ${SERVERS:-specdec llama-server specdec-no-prefix-cache}; do
+    case $server in
+      specdec) serve_and_test specdec 8400 $1 $2 "${specdec[@]}" --port 8400 ;;
+      llama-server) serve_and_test llama-server 8402 $1 $2 "${llama[@]}" --port 8402 ;;
+      specdec-no-prefix-cache) serve_and_test specdec-no-prefix-cache 8401 $1 $2 "${specdec[@]}" --port 8401 --prefix-cache 0 ;;
+    esac
+  done
 done
