@@ -27,7 +27,7 @@ serve_and_test() {  # NAME PORT CLIENTS REQUESTS COMMAND...: start, wait until h
   shift 4
   "$@" > $out/$name-$clients-server.log 2>&1 &
   pid=$!
-  trap "kill $pid 2> /dev/null" EXIT  # a failed test must not leave its server holding the port
+  trap "kill $pid 2> /dev/null || true" EXIT  # a failed test must not leave its server holding the port
   until curl -sf http://127.0.0.1:$port/health > /dev/null; do
     kill -0 $pid 2> /dev/null || { echo "$name did not start: see $out/$name-$clients-server.log" >&2; exit 1; }
     sleep 2
