@@ -223,10 +223,7 @@ def print_tables(summary: dict, console) -> None:
         mode = "greedy" if temperature == "0" else f"T = {temperature}"
         table = figures_table(f"{plural(result['prompts'], 'prompt')}, {mode}", "method", list(columns))
         for name, m in methods.items():
-            cells = [name, *method_cells(m, key, has_ttft, has_hf, has_llama, spread=False)]
-            if has_alone:  # after the ×baseline cell
-                alone = m.get("decoding_alone")
-                cells.insert(len(cells) - 3, "–" if alone is None else f"{alone['speedup_vs_plain']:.2f}")
+            cells = [name, *method_cells(m, key, has_ttft, has_hf, has_llama, spread=False, alone=has_alone)]
             if temperature == "0":
                 cells.append(f"{m['identical']}/{result['prompts']}")
             table.add_row(*cells)
@@ -237,9 +234,10 @@ def print_tables(summary: dict, console) -> None:
                       highlight=False, soft_wrap=False)
 
 
-def method_cells(m: dict, key: str, has_ttft: bool, has_hf: bool, has_llama: bool, spread: bool) -> list[str]:
+def method_cells(m: dict, key: str, has_ttft: bool, has_hf: bool, has_llama: bool, spread: bool,
+                 alone: bool = False) -> list[str]:
     """A method's cells from tokens/s to α, in the terminal's table and the report's (`spread`: the
-    medians with their quartiles)."""
+    medians with their quartiles; `alone`: the × plain over the decoding alone after the × baseline)."""
     def timing(figures: dict | None, digits: int) -> str:
         if not figures:
             return "–"
@@ -253,7 +251,10 @@ def method_cells(m: dict, key: str, has_ttft: bool, has_hf: bool, has_llama: boo
         cells.append(_fmt(m.get("speedup_vs_hf_generate")))
     if has_llama:
         cells.append(_fmt(m.get("speedup_vs_llama_cpp")))
-    return cells + [_fmt(m[key]), predicted_cell(m), _fmt(m.get("mean_accepted_tokens")), _fmt(m.get("acceptance_rate"))]
+    cells.append(_fmt(m[key]))
+    if alone:
+        cells.append(_fmt(m.get("decoding_alone", {}).get("speedup_vs_plain")))
+    return cells + [predicted_cell(m), _fmt(m.get("mean_accepted_tokens")), _fmt(m.get("acceptance_rate"))]
 
 
 def markdown(summary: dict, header: dict, targets: bool = False) -> str:

@@ -1,9 +1,9 @@
 """A bounded load test of a running server: many concurrent streaming clients, every answer checked.
 
 Each prompt (and answer length) is first asked once, not streamed, greedy: that answer is the
-reference (or, with `references_after`, asked once the timed requests are done). Then `clients` concurrent clients stream greedy requests for the prompts in turn until
-`requests` have completed, or for `duration` seconds; a request answered 429 (the queue is full) is
-counted and sent again after a back-off (0.1 s, doubling up to the server's Retry-After, with
+reference (with `references_after`, asked once the timed requests are done). Then `clients`
+concurrent clients stream greedy requests for the prompts in turn until `requests` have completed,
+or for `duration` seconds; a request answered 429 (the queue is full) is counted and sent again after a back-off (0.1 s, doubling up to the server's Retry-After, with
 jitter). Every streamed answer must equal its reference, text and token count alike: a lost,
 duplicated or reordered token shows up as a mismatch. Options: a `speculation` setting sent with
 every request (plain decoding, a fixed γ, "auto"), answer lengths drawn from several, and clients
